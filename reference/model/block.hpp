@@ -1,0 +1,56 @@
+// One transformer block (pre-LayerNorm GPT-2):
+//   x2 = x + attn_proj(attention(qkv(ln_1(x))))
+//   y  = x2 + mlp_proj(gelu(mlp_fc(ln_2(x2))))
+// with every activation that backward needs saved as a named field.
+#pragma once
+
+#include <cstddef>
+
+#include "model/params.hpp"
+
+namespace scalelab {
+
+// Saved activations of one block. Each pointer points into the model's activation buffer.
+template <typename F>
+struct BlockActs {
+  F* ln1;        // (B,T,C)    ln_1 output
+  F* ln1_mean;   // (B,T)
+  F* ln1_rstd;   // (B,T)
+  F* qkv;        // (B,T,3C)
+  F* att;        // (B,NH,T,T) softmax probabilities
+  F* atty;       // (B,T,C)    attention output, before the projection
+  F* residual2;  // (B,T,C)    x + attention branch
+  F* ln2;        // (B,T,C)
+  F* ln2_mean;   // (B,T)
+  F* ln2_rstd;   // (B,T)
+  F* fch;        // (B,T,4C)   mlp_fc output
+  F* fch_gelu;   // (B,T,4C)
+  F* residual3;  // (B,T,C)    the block's output (the next block's input)
+};
+
+// Number of elements of one block's saved activations: 16 BTC + 4 BT + NH B T T.
+std::size_t block_act_elements(int B, int T, int C, int NH);
+// Point the fields of `a` at consecutive ranges starting at `base`; returns the end.
+template <typename F>
+F* assign_block_acts(BlockActs<F>& a, F* base, int B, int T, int C, int NH);
+
+// Backward scratch shared by all blocks (workspace, not activations).
+template <typename F>
+struct BlockScratch {
+  F* proj;   // (B,T,C)  projection output before the residual add (forward)
+  F* dbtc;   // (B,T,C)  gradient of ln1/ln2/atty outputs
+  F* dwide;  // (B,T,4C) gradient of fch/fch_gelu, and of qkv (3C of the 4C)
+  F* dtt;    // (T,T)    attention score gradient of one (batch, head)
+};
+
+// Forward of block `w` on input x (B,T,C); fills `a`.
+template <typename F>
+void block_forward(BlockActs<F>& a, const BlockView<F>& w, const F* x, BlockScratch<F>& s, int B, int T, int C,
+                   int NH);
+// Backward: on entry dres (B,T,C) holds d loss / d block output; on exit d loss / d block input x.
+// Parameter gradients accumulate into g.
+template <typename F>
+void block_backward(F* dres, const BlockView<F>& g, const BlockActs<F>& a, const BlockView<F>& w, const F* x,
+                    BlockScratch<F>& s, int B, int T, int C, int NH);
+
+}  // namespace scalelab

@@ -1,0 +1,83 @@
+// The GPT-2 model on the CPU: embeddings, L pre-LayerNorm blocks, final LayerNorm, LM head tied
+// to the token embedding, mean cross-entropy. Parameters and gradients are two flat buffers with
+// the ParamLayout; the saved activations are one more, sized for the batch of the last forward.
+// F is float for training and double for whole-model gradient checks.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/memory.hpp"
+#include "model/block.hpp"
+#include "model/config.hpp"
+#include "model/params.hpp"
+
+namespace scalelab {
+
+// Everything forward saves for backward, for one (B, T).
+template <typename F>
+struct Activations {
+  int B = 0, T = 0;
+  F* encoded;                        // (B,T,C)  embeddings: the first block's input
+  std::vector<BlockActs<F>> blocks;  // L of them
+  F* lnf;                            // (B,T,C)
+  F* lnf_mean;                       // (B,T)
+  F* lnf_rstd;                       // (B,T)
+  F* probs;                          // (B,T,V)  softmax of the logits (computed in place)
+  F* losses;                         // (B,T)
+};
+
+// Elements saved by forward: BTC (16L + 2) + BT (4L + 3) + L NH B T T + BTV.
+std::size_t activation_elements(const GPTConfig& config, int B, int T);
+
+template <typename F>
+class GPTModel {
+ public:
+  // Allocates parameters (zero) and gradients (zero); call init_weights() or load weights.
+  GPTModel(const GPTConfig& config, MemoryTracker* tracker);
+
+  const GPTConfig& config() const { return config_; }
+  const ParamLayout& layout() const { return layout_; }
+  std::size_t num_params() const { return layout_.num_params(); }
+  F* params() { return params_.data(); }
+  const F* params() const { return params_.data(); }
+  F* grads() { return grads_.data(); }
+  const F* grads() const { return grads_.data(); }
+  const Activations<F>& acts() const { return acts_; }
+  MemoryTracker* tracker() const { return tracker_; }
+
+  // GPT-2 initialisation: weights N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)),
+  // biases 0, LayerNorm weights 1. Deterministic in the seed.
+  void init_weights(std::uint64_t seed);
+
+  // Runs the model on tokens (B,T) and returns the mean loss against targets (B,T).
+  // Saves the activations (reallocated when B or T changes) and a copy of tokens and targets.
+  F forward(const int* tokens, const int* targets, int B, int T);
+  // Accumulates (+=) d(loss_scale * loss)/d params into grads(), for the last forward.
+  void backward(F loss_scale = F(1));
+  void zero_grad();
+
+  // Number of block forwards run since construction (checkpointing counts its recompute).
+  std::size_t block_forward_count() const { return block_forwards_; }
+
+ private:
+  void ensure_buffers(int B, int T);
+
+  GPTConfig config_;
+  ParamLayout layout_;
+  MemoryTracker* tracker_;
+  Buffer<F> params_, grads_;
+  Buffer<F> act_buffer_, scratch_buffer_;
+  Activations<F> acts_;
+  BlockScratch<F> scratch_{};
+  F* dres_ = nullptr;  // (B,T,C) gradient of the residual stream
+  F* dlnf_ = nullptr;  // (B,T,C)
+  F* dlogits_ = nullptr;  // (B,T,V)
+  std::vector<int> tokens_, targets_;
+  std::size_t block_forwards_ = 0;
+};
+
+using GPT = GPTModel<float>;
+
+}  // namespace scalelab
