@@ -1,9 +1,10 @@
 # Test registration. Every Catch2 test case tagged [graded] belongs to a graded test listed in
-# tests/grading.json (lab, points, time limit, Catch2 test spec, hint): the one machine-readable
-# place the grader and CTest both read. Everything else in a binary runs as one "unit" test.
+# tests/grading/*.json (name, lab, points, time limit, binary, Catch2 test spec, ranks, hint):
+# the one machine-readable place that CTest and the grader both read. Everything else in a
+# binary runs as one "unit" test.
 #
 #   scalelab_add_test_binary(<target> SOURCES ... [LIBS ...])
-#   scalelab_register_graded_tests(<grading.json>)   (once, after all binaries)
+#   scalelab_register_graded_tests(<directory>)   (once, after all binaries)
 
 add_library(scalelab_catch_main OBJECT ${PROJECT_SOURCE_DIR}/tests/support/catch_main.cpp)
 target_link_libraries(scalelab_catch_main PUBLIC Catch2::Catch2)
@@ -27,7 +28,14 @@ function(scalelab_add_test_binary target)
   set_tests_properties(${target} PROPERTIES LABELS unit TIMEOUT 900 SKIP_RETURN_CODE ${SCALELAB_SKIP_RETURN_CODE})
 endfunction()
 
-function(scalelab_register_graded_tests json_file)
+function(scalelab_register_graded_tests dir)
+  file(GLOB json_files CONFIGURE_DEPENDS ${dir}/*.json)
+  foreach(json_file IN LISTS json_files)
+    scalelab_register_graded_file(${json_file})
+  endforeach()
+endfunction()
+
+function(scalelab_register_graded_file json_file)
   file(READ ${json_file} json)
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${json_file})
   string(JSON n LENGTH "${json}" tests)

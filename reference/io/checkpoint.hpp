@@ -1,0 +1,30 @@
+// Full training-state checkpoints: everything needed to continue a run on the exact same
+// trajectory (parameters, both Adam moments, the step count, the data loader's position and
+// RNG state). Stored as a safetensors file: tensors "params", "adam.m", "adam.v" (flat F32) and
+// the rest as metadata, so any safetensors reader can inspect one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.hpp"
+
+namespace scalelab {
+
+struct TrainCheckpoint {
+  GPTConfig config;
+  std::vector<float> params, adam_m, adam_v;  // each num_params long, in ParamLayout order
+  long step = 0;                     // optimizer steps taken
+  std::uint64_t data_rng_state = 0;  // DataLoader::rng_state()
+  std::uint64_t batches_served = 0;  // DataLoader::batches_served()
+  double loss_scale = 0;             // mixed precision's dynamic loss scale (0: not used)
+  long loss_scale_clean_steps = 0;   // steps since the scale last changed
+};
+
+void save_checkpoint(const std::string& path, const TrainCheckpoint& ckpt);
+// Strict load; when `expected` is given its shape must match the checkpoint's, else ConfigError
+// names the differing field ("checkpoint 'x' was saved for config mini (C=256) but ...").
+TrainCheckpoint load_checkpoint(const std::string& path, const GPTConfig* expected = nullptr);
+
+}  // namespace scalelab
