@@ -30,9 +30,11 @@ struct BlockActs {
 
 // Number of elements of one block's saved activations: 16 BTC + 4 BT + NH B T T.
 std::size_t block_act_elements(int B, int T, int C, int NH);
-// Point the fields of `a` at consecutive ranges starting at `base`; returns the end.
+// Point the fields of `a` at consecutive ranges starting at `base`; returns the end. With
+// own_att false, `att` is left null for the caller to point at a shared buffer (stage 02's
+// selective checkpointing).
 template <typename F>
-F* assign_block_acts(BlockActs<F>& a, F* base, int B, int T, int C, int NH);
+F* assign_block_acts(BlockActs<F>& a, F* base, int B, int T, int C, int NH, bool own_att = true);
 
 // Backward scratch shared by all blocks (workspace, not activations).
 template <typename F>

@@ -14,9 +14,26 @@
 namespace scalelab {
 
 std::size_t activation_elements(const GPTConfig& c, int B, int T) {
-  const std::size_t BT = static_cast<std::size_t>(B) * T;
-  return BT * c.channels * 2 + BT * 3 + BT * c.vocab_size +
-         c.num_layers * block_act_elements(B, T, c.channels, c.num_heads);
+  return activation_elements(c, B, T, CheckpointPolicy{});
+}
+
+std::size_t activation_elements(const GPTConfig& c, int B, int T, const CheckpointPolicy& policy) {
+  const std::size_t BT = static_cast<std::size_t>(B) * T, BTC = BT * c.channels;
+  const std::size_t L = c.num_layers;
+  const std::size_t block = block_act_elements(B, T, c.channels, c.num_heads);
+  const std::size_t att = static_cast<std::size_t>(c.num_heads) * BT * T;
+  const std::size_t head = 2 * BTC + 3 * BT + BT * c.vocab_size;  // encoded, lnf + stats, probs, losses
+  switch (policy.kind) {
+    case CheckpointPolicy::Kind::kNone: return head + L * block;
+    case CheckpointPolicy::Kind::kSelective: return head + L * (block - att) + att;
+    case CheckpointPolicy::Kind::kEveryK:
+    case CheckpointPolicy::Kind::kSqrtL: {
+      const std::size_t k = policy.segment_blocks(c.num_layers);
+      const std::size_t segments = (L + k - 1) / k;
+      return head + (segments - 1) * BTC + BTC + k * block;  // boundaries, final output, one segment
+    }
+  }
+  return 0;
 }
 
 template <typename F>
@@ -52,25 +69,14 @@ void GPTModel<F>::init_weights(std::uint64_t seed) {
 
 template <typename F>
 void GPTModel<F>::ensure_buffers(int B, int T) {
-  if (acts_.B == B && acts_.T == T) return;
-  const int C = config_.channels, V = config_.vocab_size, L = config_.num_layers, NH = config_.num_heads;
+  const bool same_policy = acts_.policy.kind == policy_.kind && acts_.policy.every == policy_.every;
+  if (acts_.B == B && acts_.T == T && same_policy) return;
+  const int C = config_.channels, V = config_.vocab_size;
   const std::size_t BT = static_cast<std::size_t>(B) * T, BTC = BT * C;
   act_buffer_ = Buffer<F>();  // free the old ones first, so the peak is not their sum
   scratch_buffer_ = Buffer<F>();
-  act_buffer_ = Buffer<F>(activation_elements(config_, B, T), MemCategory::kActivations, tracker_);
-  F* p = act_buffer_.data();
-  auto take = [&p](std::size_t n) { F* r = p; p += n; return r; };
-  acts_.B = B;
-  acts_.T = T;
-  acts_.encoded = take(BTC);
-  acts_.blocks.resize(L);
-  for (auto& b : acts_.blocks) p = assign_block_acts(b, p, B, T, C, NH);
-  acts_.lnf = take(BTC);
-  acts_.lnf_mean = take(BT);
-  acts_.lnf_rstd = take(BT);
-  acts_.probs = take(BT * V);
-  acts_.losses = take(BT);
-  SCALELAB_CHECK(p == act_buffer_.data() + act_buffer_.size(), "activation layout does not add up");
+  act_buffer_ = Buffer<F>(activation_elements(config_, B, T, policy_), MemCategory::kActivations, tracker_);
+  assign_activations(B, T);
 
   scratch_buffer_ = Buffer<F>(BTC * 8 + static_cast<std::size_t>(T) * T + BT * V, MemCategory::kWorkspace, tracker_);
   F* s = scratch_buffer_.data();
@@ -85,8 +91,45 @@ void GPTModel<F>::ensure_buffers(int B, int T) {
 }
 
 template <typename F>
+void GPTModel<F>::assign_activations(int B, int T) {
+  using Kind = CheckpointPolicy::Kind;
+  const int C = config_.channels, V = config_.vocab_size, L = config_.num_layers, NH = config_.num_heads;
+  const std::size_t BT = static_cast<std::size_t>(B) * T, BTC = BT * C;
+  F* p = act_buffer_.data();
+  auto take = [&p](std::size_t n) { F* r = p; p += n; return r; };
+  acts_.B = B;
+  acts_.T = T;
+  acts_.policy = policy_;
+  acts_.encoded = take(BTC);
+  acts_.boundaries.assign(1, acts_.encoded);
+  if (policy_.kind == Kind::kNone || policy_.kind == Kind::kSelective) {
+    const bool own_att = policy_.kind == Kind::kNone;
+    acts_.blocks.resize(L);
+    for (auto& b : acts_.blocks) p = assign_block_acts(b, p, B, T, C, NH, own_att);
+    if (!own_att) {
+      F* shared_att = take(static_cast<std::size_t>(NH) * BT * T);
+      for (auto& b : acts_.blocks) b.att = shared_att;
+    }
+    acts_.final_input = acts_.blocks.back().residual3;
+  } else {
+    const int k = policy_.segment_blocks(L);
+    const int segments = (L + k - 1) / k;
+    for (int seg = 1; seg < segments; ++seg) acts_.boundaries.push_back(take(BTC));
+    acts_.final_input = take(BTC);
+    acts_.blocks.resize(k);
+    for (auto& b : acts_.blocks) p = assign_block_acts(b, p, B, T, C, NH);
+  }
+  acts_.lnf = take(BTC);
+  acts_.lnf_mean = take(BT);
+  acts_.lnf_rstd = take(BT);
+  acts_.probs = take(BT * V);
+  acts_.losses = take(BT);
+  SCALELAB_CHECK(p == act_buffer_.data() + act_buffer_.size(), "activation layout does not add up");
+}
+
+template <typename F>
 F GPTModel<F>::forward(const int* tokens, const int* targets, int B, int T) {
-  const int C = config_.channels, V = config_.vocab_size, NH = config_.num_heads;
+  const int C = config_.channels, V = config_.vocab_size;
   require(B >= 1, "batch", "must be at least 1, got " + std::to_string(B), "use a positive batch size");
   require(T >= 1 && T <= config_.max_seq_len, "seq_len",
           "must be in [1, " + std::to_string(config_.max_seq_len) + "] for config '" + config_.name + "', got " +
@@ -107,36 +150,58 @@ F GPTModel<F>::forward(const int* tokens, const int* targets, int B, int T) {
 
   ParamView<F> w = make_param_view(config_, params_.data());
   encoder_forward(acts_.encoded, tokens, w.wte, w.wpe, B, T, C);
-  const F* x = acts_.encoded;
-  for (int l = 0; l < config_.num_layers; ++l) {
-    block_forward(acts_.blocks[l], w.blocks[l], x, scratch_, B, T, C, NH);
-    ++block_forwards_;
-    x = acts_.blocks[l].residual3;
-  }
-  layernorm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, x, w.lnf_w, w.lnf_b, static_cast<int>(BT), C);
+  forward_blocks(w);
+  layernorm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, acts_.final_input, w.lnf_w, w.lnf_b,
+                    static_cast<int>(BT), C);
   matmul_forward<F>(acts_.probs, acts_.lnf, w.wte, nullptr, static_cast<int>(BT), C, V);  // logits
   return crossentropy_forward(acts_.probs, acts_.losses, acts_.probs, targets, static_cast<int>(BT), V);
 }
 
 template <typename F>
+void GPTModel<F>::forward_blocks(const ParamView<F>& w) {
+  if (policy_.kind == CheckpointPolicy::Kind::kEveryK || policy_.kind == CheckpointPolicy::Kind::kSqrtL) {
+    forward_blocks_checkpointed(w);
+    return;
+  }
+  const F* x = acts_.encoded;
+  for (int l = 0; l < config_.num_layers; ++l) {
+    block_forward(acts_.blocks[l], w.blocks[l], x, scratch_, acts_.B, acts_.T, config_.channels, config_.num_heads);
+    ++block_forwards_;
+    x = acts_.blocks[l].residual3;
+  }
+}
+
+template <typename F>
 void GPTModel<F>::backward(F loss_scale) {
-  // LAB 00 BEGIN model_backward: section 4
   SCALELAB_CHECK(acts_.B > 0, "backward() called before forward()");
-  const int B = acts_.B, T = acts_.T, C = config_.channels, V = config_.vocab_size, NH = config_.num_heads;
+  // LAB 00 BEGIN model_backward: section 4
+  const int B = acts_.B, T = acts_.T, C = config_.channels, V = config_.vocab_size;
   const int N = B * T;
   ParamView<F> w = make_param_view(config_, params_.data());
   ParamView<F> g = make_param_view(config_, grads_.data());
   // mean loss over N positions: d loss / d loss[i] = 1/N
   crossentropy_backward(dlogits_, acts_.probs, targets_.data(), loss_scale / F(N), N, V);
   matmul_backward<F>(dlnf_, g.wte, nullptr, dlogits_, acts_.lnf, w.wte, N, C, V);
-  const F* last = config_.num_layers > 0 ? acts_.blocks.back().residual3 : acts_.encoded;
   std::fill(dres_, dres_ + static_cast<std::size_t>(N) * C, F(0));
-  layernorm_backward(dres_, g.lnf_w, g.lnf_b, dlnf_, last, w.lnf_w, acts_.lnf_mean, acts_.lnf_rstd, N, C);
+  layernorm_backward(dres_, g.lnf_w, g.lnf_b, dlnf_, acts_.final_input, w.lnf_w, acts_.lnf_mean, acts_.lnf_rstd, N,
+                     C);
+  backward_blocks(w, g);
+  encoder_backward(g.wte, g.wpe, dres_, tokens_.data(), B, T, C);
+  // LAB 00 END
+}
+
+template <typename F>
+void GPTModel<F>::backward_blocks(const ParamView<F>& w, const ParamView<F>& g) {
+  if (policy_.kind != CheckpointPolicy::Kind::kNone) {
+    backward_blocks_checkpointed(w, g);
+    return;
+  }
+  // LAB 00 BEGIN backward_blocks: section 4
   for (int l = config_.num_layers - 1; l >= 0; --l) {
     const F* x = l == 0 ? acts_.encoded : acts_.blocks[l - 1].residual3;
-    block_backward(dres_, g.blocks[l], acts_.blocks[l], w.blocks[l], x, scratch_, B, T, C, NH);
+    block_backward(dres_, g.blocks[l], acts_.blocks[l], w.blocks[l], x, scratch_, acts_.B, acts_.T, config_.channels,
+                   config_.num_heads);
   }
-  encoder_backward(g.wte, g.wpe, dres_, tokens_.data(), B, T, C);
   // LAB 00 END
 }
 

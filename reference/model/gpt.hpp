@@ -10,17 +10,25 @@
 
 #include "core/memory.hpp"
 #include "model/block.hpp"
+#include "model/checkpoint_policy.hpp"
 #include "model/config.hpp"
 #include "model/params.hpp"
 
 namespace scalelab {
 
-// Everything forward saves for backward, for one (B, T).
+// Everything forward saves for backward, for one (B, T) and one checkpoint policy.
+// Without checkpointing every block has its own BlockActs; with a segment policy (stage 02)
+// only `boundaries` (segment inputs) persist and `blocks` holds one segment's worth of slots
+// that are refilled by recomputation during backward; with the selective policy all blocks
+// share one attention-probabilities buffer.
 template <typename F>
 struct Activations {
   int B = 0, T = 0;
+  CheckpointPolicy policy;
   F* encoded;                        // (B,T,C)  embeddings: the first block's input
-  std::vector<BlockActs<F>> blocks;  // L of them
+  std::vector<BlockActs<F>> blocks;  // L of them; one segment's worth when checkpointing
+  std::vector<F*> boundaries;        // segment s's input (B,T,C); [0] is `encoded`
+  F* final_input;                    // (B,T,C)  the last block's output, ln_f's input
   F* lnf;                            // (B,T,C)
   F* lnf_mean;                       // (B,T)
   F* lnf_rstd;                       // (B,T)
@@ -28,8 +36,10 @@ struct Activations {
   F* losses;                         // (B,T)
 };
 
-// Elements saved by forward: BTC (16L + 2) + BT (4L + 3) + L NH B T T + BTV.
+// Elements saved by forward without checkpointing: BTC (16L + 2) + BT (4L + 3) + L NH B T T + BTV.
 std::size_t activation_elements(const GPTConfig& config, int B, int T);
+// The same under a checkpoint policy (the peak, recompute buffers included).
+std::size_t activation_elements(const GPTConfig& config, int B, int T, const CheckpointPolicy& policy);
 
 template <typename F>
 class GPTModel {
@@ -58,11 +68,23 @@ class GPTModel {
   void backward(F loss_scale = F(1));
   void zero_grad();
 
-  // Number of block forwards run since construction (checkpointing counts its recompute).
+  // Stage 02: which activations forward keeps (default: all). Takes effect at the next forward.
+  void set_checkpoint_policy(const CheckpointPolicy& policy) { policy_ = policy; }
+  const CheckpointPolicy& checkpoint_policy() const { return policy_; }
+
+  // Work counters since construction: full block forwards (recompute included) and
+  // attention-only recomputes (the selective policy).
   std::size_t block_forward_count() const { return block_forwards_; }
+  std::size_t attention_recompute_count() const { return attention_recomputes_; }
 
  private:
   void ensure_buffers(int B, int T);
+  void assign_activations(int B, int T);
+  // The blocks' part of forward and backward: plain (stage 00) and checkpointed (stage 02).
+  void forward_blocks(const ParamView<F>& w);
+  void backward_blocks(const ParamView<F>& w, const ParamView<F>& g);
+  void forward_blocks_checkpointed(const ParamView<F>& w);
+  void backward_blocks_checkpointed(const ParamView<F>& w, const ParamView<F>& g);
 
   GPTConfig config_;
   ParamLayout layout_;
@@ -75,7 +97,9 @@ class GPTModel {
   F* dlnf_ = nullptr;  // (B,T,C)
   F* dlogits_ = nullptr;  // (B,T,V)
   std::vector<int> tokens_, targets_;
+  CheckpointPolicy policy_;
   std::size_t block_forwards_ = 0;
+  std::size_t attention_recomputes_ = 0;
 };
 
 using GPT = GPTModel<float>;

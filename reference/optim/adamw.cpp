@@ -28,8 +28,14 @@ AdamW::AdamW(std::size_t n, const AdamWConfig& config, MemoryTracker* tracker)
 void AdamW::step(float* params, const float* grads) { step(params, grads, config_.lr); }
 
 void AdamW::step(float* params, const float* grads, double lr) {
+  begin_step();
+  update_range(params, grads, 0, m_.size(), lr);
+}
+
+void AdamW::update_range(float* params, const float* grads, std::size_t offset, std::size_t count, double lr) {
+  SCALELAB_CHECK(t_ > 0, "update_range() before begin_step()");
+  SCALELAB_CHECK(offset + count <= m_.size(), "range [", offset, ", ", offset + count, ") outside ", m_.size());
   // LAB 00 BEGIN adamw_step: section 5
-  ++t_;
   const double b1 = config_.beta1, b2 = config_.beta2;
   // Like PyTorch, the scalar factors are computed in double and rounded once.
   const double bias_correction1 = 1.0 - std::pow(b1, static_cast<double>(t_));
@@ -40,10 +46,9 @@ void AdamW::step(float* params, const float* grads, double lr) {
   const float beta1 = static_cast<float>(b1), beta2 = static_cast<float>(b2);
   const float one_minus_b1 = static_cast<float>(1.0 - b1), one_minus_b2 = static_cast<float>(1.0 - b2);
   const float eps = static_cast<float>(config_.eps);
-  float* m = m_.data();
-  float* v = v_.data();
-  const std::size_t n = m_.size();
-  for (std::size_t i = 0; i < n; ++i) {
+  float* m = m_.data() + offset;
+  float* v = v_.data() + offset;
+  for (std::size_t i = 0; i < count; ++i) {
     const float g = grads[i];
     params[i] *= decay;  // decoupled weight decay
     m[i] = m[i] * beta1 + g * one_minus_b1;

@@ -29,6 +29,11 @@ class AdamW {
   void step(float* params, const float* grads);
   // One update with a different learning rate (schedules).
   void step(float* params, const float* grads, double lr);
+  // The same update in pieces, for callers that convert or shard gradients chunk by chunk:
+  // begin_step() once, then update_range() over disjoint ranges that cover what this optimizer
+  // owns. params/grads point at element `offset` of the flat buffers.
+  void begin_step() { ++t_; }
+  void update_range(float* params, const float* grads, std::size_t offset, std::size_t count, double lr);
 
   const AdamWConfig& config() const { return config_; }
   long step_count() const { return t_; }

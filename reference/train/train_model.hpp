@@ -1,0 +1,45 @@
+// What the trainer needs from a model, whatever its precision: forward, backward, the flat
+// fp32 "master" parameters the optimizer updates, and the gradients in fp32 for that update.
+// Stage 00-02 use the fp32 GPT directly (Fp32TrainModel); stage 03 adds a half-precision model
+// with fp32 master weights behind the same interface.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "model/checkpoint_policy.hpp"
+#include "model/config.hpp"
+#include "model/params.hpp"
+#include "optim/adamw.hpp"
+
+namespace scalelab {
+
+class TrainModel {
+ public:
+  virtual ~TrainModel() = default;
+  virtual const GPTConfig& config() const = 0;
+  virtual const ParamLayout& layout() const = 0;
+  virtual std::size_t num_params() const = 0;
+  // Mean loss of tokens (B,T) against targets (B,T); saves what backward needs.
+  virtual double forward(const int* tokens, const int* targets, int B, int T) = 0;
+  // Accumulates (+=) d(loss_scale * loss)/d params for the last forward.
+  virtual void backward(double loss_scale) = 0;
+  virtual void zero_grad() = 0;
+  virtual void set_checkpoint_policy(const CheckpointPolicy& policy) = 0;
+  // The fp32 parameters the optimizer updates: the model's own (fp32) or the master copy (mixed).
+  virtual float* master_params() = 0;
+  // One optimizer step from the accumulated gradients, which are first multiplied by
+  // grad_scale (1/loss_scale under mixed precision, else 1) and clipped to a global norm of
+  // `clip` (0: no clipping). If any gradient is inf or NaN nothing changes and the step is
+  // reported as skipped (the loss scaler then lowers its scale).
+  struct StepOutcome {
+    bool skipped = false;
+    double grad_norm = 0;  // of the unscaled gradients, before clipping
+  };
+  virtual StepOutcome optimizer_step(AdamW& optimizer, double lr, double grad_scale, double clip) = 0;
+  // Number of block forwards since construction (stage 02 counts the recompute).
+  virtual std::size_t block_forward_count() const = 0;
+  virtual std::string precision_name() const = 0;
+};
+
+}  // namespace scalelab
