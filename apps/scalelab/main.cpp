@@ -1,11 +1,33 @@
+// scalelab: train a GPT stage by stage and measure what each technique costs.
+//   scalelab train ...   one training run (any combination of the stage features)
+//   scalelab ladder ...  every stage side by side on one config, with a comparison table
+//   scalelab bench comm  collective bandwidth, nccl-tests style
+// main() is the only place that turns an error into an exit status: 2 for a bad setting
+// (the message names it and the fix), 1 for anything else.
 #include <cstdio>
-#include "model/gpt.hpp"
-int main() {
-  scalelab::MemoryTracker mt;
-  scalelab::GPT g(scalelab::gpt_config_by_name("tiny"), &mt);
-  g.init_weights(1);
-  std::vector<int> x(2*16, 3), y(2*16, 5);
-  float l = g.forward(x.data(), y.data(), 2, 16);
-  g.backward();
-  std::printf("%f\n%s", l, mt.report().c_str());
+#include <exception>
+
+#include "commands.hpp"
+#include "core/error.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"scalelab: how neural networks are trained at scale, built stage by stage"};
+  app.require_subcommand(1);
+  scalelab::cli::add_train_command(app);
+  scalelab::cli::add_ladder_command(app);
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks (bench comm: collective bandwidth)");
+  bench->require_subcommand(1);
+  scalelab::cli::add_bench_comm_command(*bench);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const scalelab::ConfigError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "model/checkpoint_policy.hpp"
@@ -26,8 +27,12 @@ class TrainModel {
   virtual void backward(double loss_scale) = 0;
   virtual void zero_grad() = 0;
   virtual void set_checkpoint_policy(const CheckpointPolicy& policy) = 0;
+  // GPT-2 initialisation (model/gpt.hpp), deterministic in the seed.
+  virtual void init_weights(std::uint64_t seed) = 0;
   // The fp32 parameters the optimizer updates: the model's own (fp32) or the master copy (mixed).
-  virtual float* master_params() = 0;
+  virtual const float* master_params() const = 0;
+  // Replaces the parameters (num_params values, ParamLayout order), e.g. from a file.
+  virtual void set_master_params(const float* values) = 0;
   // One optimizer step from the accumulated gradients, which are first multiplied by
   // grad_scale (1/loss_scale under mixed precision, else 1) and clipped to a global norm of
   // `clip` (0: no clipping). If any gradient is inf or NaN nothing changes and the step is

@@ -1,0 +1,35 @@
+// One complete training run as the CLI performs it: the loop, the progress lines, validation,
+// the metrics file, the memory report, weights and checkpoint at the end. `train` runs one;
+// `ladder` runs one per stage and compares them.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "core/memory.hpp"
+#include "train/trainer.hpp"
+
+namespace scalelab::cli {
+
+struct RunSummary {
+  std::vector<double> losses;  // training loss per step
+  double final_val_loss = 0;
+  double tokens_per_s = 0;     // median over the steps
+  double gflops = 0;           // model flops per second at that median
+  std::array<std::size_t, kMemCategoryCount> peak_bytes{};
+  std::size_t num_params = 0;
+  std::size_t block_forwards = 0;
+  std::vector<float> final_params;  // for comparisons between stages
+};
+
+struct RunOutput {
+  bool progress = true;  // print progress lines and the memory report
+  int log_every = 10;
+  std::string label;     // prefixed to progress lines (the ladder's stage name)
+};
+
+RunSummary run_training(const TrainOptions& options, const RunOutput& out);
+
+}  // namespace scalelab::cli
