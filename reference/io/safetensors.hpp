@@ -38,7 +38,8 @@ class SafetensorsFile {
     std::size_t begin = 0, end = 0;  // byte offsets into the data area
     std::size_t numel() const;
   };
-  explicit SafetensorsFile(const std::string& path);
+  // `kind` starts every error message ("weights 'x.safetensors': ..."): what the file was for.
+  explicit SafetensorsFile(const std::string& path, const std::string& kind = "safetensors");
   const std::string& path() const { return path_; }
   const std::map<std::string, Entry>& entries() const { return entries_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
@@ -49,10 +50,12 @@ class SafetensorsFile {
   std::vector<float> read_f32(const std::string& name) const;
   std::vector<double> read_f64(const std::string& name) const;
   std::vector<std::int32_t> read_i32(const std::string& name) const;
+  // The tensor's bytes inside the file image (valid while this object lives; maybe unaligned).
   const std::uint8_t* raw(const std::string& name) const;
 
  private:
   std::string path_;
+  std::string kind_;
   std::vector<std::uint8_t> bytes_;
   std::size_t data_start_ = 0;
   std::map<std::string, Entry> entries_;
@@ -65,5 +68,9 @@ void save_weights(const std::string& path, const ParamLayout& layout, const floa
 // to the tied token embedding is accepted, as nanoGPT saves it), every dtype F32, every shape the
 // layout's. Any mismatch throws ConfigError naming the tensor, the file and the fix.
 void load_weights(const std::string& path, const ParamLayout& layout, float* params);
+// The same for a named config: the file's metadata records the config, and error messages
+// name it ("... has shape [64] but config 'tiny' needs [32]; ...").
+void save_weights(const std::string& path, const GPTConfig& config, const float* params);
+void load_weights(const std::string& path, const GPTConfig& config, float* params);
 
 }  // namespace scalelab
