@@ -14,6 +14,13 @@ target_include_directories(scalelab_test_support INTERFACE ${PROJECT_SOURCE_DIR}
 target_compile_definitions(scalelab_test_support INTERFACE
   SCALELAB_SOURCE_DIR="${PROJECT_SOURCE_DIR}" SCALELAB_BINARY_DIR="${PROJECT_BINARY_DIR}")
 
+# The prior stage from the reference, for tests that compare stage N with stage N-1.
+# PRIVATE: the namespace rename applies to prior_stage.cpp only; the reference library still
+# reaches the test's link line (a static library's private dependencies are link-only).
+add_library(scalelab_prior_stage STATIC ${PROJECT_SOURCE_DIR}/tests/support/prior_stage.cpp)
+target_link_libraries(scalelab_prior_stage PRIVATE scalelab_ref_api scalelab_flags)
+target_include_directories(scalelab_prior_stage PUBLIC ${PROJECT_SOURCE_DIR}/tests/support)
+
 # mpiexec as root needs these; --oversubscribe lets 4 ranks share 2 cores.
 set(SCALELAB_MPI_TEST_ENV OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1)
 # A GPU test binary exits with this code when no GPU is present: CTest reports it as skipped.

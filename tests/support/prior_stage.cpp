@@ -1,0 +1,54 @@
+// Compiled against the reference library (namespace renamed to scalelab_ref when labs are
+// selected), whatever student code the test binary links.
+#include "prior_stage.hpp"
+
+#include "core/memory.hpp"
+#include "model/gpt.hpp"
+#include "optim/adamw.hpp"
+#include "train/trainer.hpp"
+
+namespace prior {
+
+StepResult stage00_step(const ModelShape& s, std::uint64_t seed, const std::vector<int>& tokens,
+                        const std::vector<int>& targets, int B, int T) {
+  scalelab::GPTConfig c;
+  c.name = "prior";
+  c.vocab_size = s.V;
+  c.max_seq_len = s.T;
+  c.channels = s.C;
+  c.num_layers = s.L;
+  c.num_heads = s.NH;
+  scalelab::MemoryTracker tracker;
+  scalelab::GPT model(c, &tracker);
+  model.init_weights(seed);
+  StepResult r;
+  r.loss = model.forward(tokens.data(), targets.data(), B, T);
+  model.backward();
+  r.grads.assign(model.grads(), model.grads() + model.num_params());
+  scalelab::AdamWConfig ac;
+  ac.lr = 1e-3;
+  scalelab::AdamW opt(model.num_params(), ac, &tracker);
+  opt.step(model.params(), model.grads());
+  r.params_after.assign(model.params(), model.params() + model.num_params());
+  return r;
+}
+
+RunResult stage00_run(const std::string& config, int steps, int batch, int seq_len, std::uint64_t seed,
+                      const std::string& data) {
+  scalelab::TrainOptions o;
+  o.config = config;
+  o.steps = steps;
+  o.batch = batch;
+  o.seq_len = seq_len;
+  o.seed = seed;
+  o.data = data;
+  scalelab::MemoryTracker tracker;
+  scalelab::Trainer trainer(o, &tracker);
+  RunResult r;
+  for (int i = 0; i < steps; ++i) r.losses.push_back(trainer.step().loss);
+  const float* p = trainer.model().master_params();
+  r.params.assign(p, p + trainer.model().num_params());
+  return r;
+}
+
+}  // namespace prior
