@@ -1,7 +1,6 @@
 // scalelab: train a GPT stage by stage and measure what each technique costs.
 //   scalelab train ...   one training run (any combination of the stage features)
 //   scalelab ladder ...  every stage side by side on one config, with a comparison table
-//   scalelab bench comm  collective bandwidth, nccl-tests style
 // main() is the only place that turns an error into an exit status: 2 for a bad setting
 // (the message names it and the fix), 1 for anything else.
 #include <cstdio>
@@ -15,9 +14,6 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   scalelab::cli::add_train_command(app);
   scalelab::cli::add_ladder_command(app);
-  CLI::App* bench = app.add_subcommand("bench", "Benchmarks (bench comm: collective bandwidth)");
-  bench->require_subcommand(1);
-  scalelab::cli::add_bench_comm_command(*bench);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

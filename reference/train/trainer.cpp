@@ -99,14 +99,17 @@ StepStats Trainer::step() {
 }
 
 double Trainer::validation_loss() {
+  // The same rows whatever the accumulation: val_batches full batches, run as micro-batches so
+  // the activation memory stays that of training.
   const int micro = options_.batch / options_.grad_accum;
+  const int count = options_.val_batches * options_.grad_accum;
   std::vector<int> x(static_cast<std::size_t>(micro) * T_), y(x.size());
   double total = 0;
-  for (int i = 0; i < options_.val_batches; ++i) {
+  for (int i = 0; i < count; ++i) {
     val_loader_->sequential_batch(static_cast<std::size_t>(i), x.data(), y.data());
     total += model_->forward(x.data(), y.data(), micro, T_);
   }
-  return total / options_.val_batches;
+  return total / count;
 }
 
 TrainCheckpoint Trainer::checkpoint() const {

@@ -59,7 +59,7 @@ class Trainer {
   ~Trainer();
 
   StepStats step();
-  // Mean loss over the first val_batches fixed validation batches (forward only).
+  // Mean loss over the first val_batches fixed validation batches of `batch` rows (forward only).
   double validation_loss();
 
   TrainCheckpoint checkpoint() const;
