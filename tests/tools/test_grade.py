@@ -1,0 +1,312 @@
+#!/usr/bin/env python3
+"""Tests of tools/grade.py: the grader runs fake test binaries (shell scripts that pass, fail, crash,
+hang or flood) from a synthetic grading directory, and must survive all of them and write a valid
+Gradescope results.json. A tiny CMake project checks the build path (standard library only)."""
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import unittest
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+GRADE = ROOT / "tools" / "grade.py"
+
+FAILURE_TEMPLATE = """
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+test_layers is a Catch v2.13.10 host application.
+Run with -? for options
+
+-------------------------------------------------------------------------------
+layernorm_backward matches finite differences
+-------------------------------------------------------------------------------
+{root}/tests/model/test_layers.cpp:40
+...............................................................................
+
+{body}
+===============================================================================
+test cases: 1 | 1 failed
+assertions: 3 | 2 passed | 1 failed
+"""
+
+STUB_BODY = """{root}/tests/model/test_layers.cpp:40: FAILED:
+  {{Unknown expression after the reported line}}
+due to unexpected exception with message:
+  Lab 00: implement layernorm_backward (see labs/00-naive/README.md, section 3.2)
+"""
+
+MISMATCH_BODY = """{root}/tests/model/test_layers.cpp:57: FAILED:
+  CHECK( _c.ok )
+with expansion:
+  false
+with message:
+  dinp: MISMATCH over 96 elements; max abs err 0.5, max rel err 1; 96 outside tolerance, first at index 0: got 0.25, expected 0.75
+"""
+
+FAKES = {
+    "passes": 'case "$5" in "[graded][a]") ;; *) echo "wrong spec: $*"; exit 3;; esac\n'
+              '[ "$2" = NoTests ] || exit 3\n'
+              'echo "==="; echo "All tests passed (12 assertions in 2 test cases)"; echo; exit 0',
+    "stub": "cat <<'EOF'\n" + FAILURE_TEMPLATE.format(root=ROOT, body=STUB_BODY.format(root=ROOT)) + "EOF\nexit 1",
+    "mismatch": "cat <<'EOF'\n" + FAILURE_TEMPLATE.format(root=ROOT, body=MISMATCH_BODY.format(root=ROOT))
+                + "EOF\nexit 1",
+    "segv": 'echo "starting"; kill -SEGV $$',
+    "abort": 'echo "terminate called after throwing an instance of std::logic_error"; kill -ABRT $$',
+    "hang": 'sleep 1000 &\necho $! > "$HANG_PID_FILE"\nwait',
+    "flood": 'yes "flooding the output with the same line again and again"',
+    "gpu": 'echo "no CUDA device: skipping"; exit 77',
+    "silent": "exit 0",
+    "nomatch": 'echo "No test cases matched \'$5\'"; exit 2',
+    "fakepass": 'echo "All tests passed (1 assertion in 1 test case)"; exit 1',
+    "rankcount": 'echo "rank $FAKE_RANK"; echo "All tests passed (2 assertions in 1 test case)"',
+}
+
+FAKE_MPIEXEC = """#!/bin/sh
+# fake mpiexec: -n N --oversubscribe cmd...  runs cmd N times with FAKE_RANK set
+[ "$1" = -n ] || exit 9
+n=$2; shift 3
+[ "$OMPI_ALLOW_RUN_AS_ROOT" = 1 ] || { echo "no OMPI_ALLOW_RUN_AS_ROOT"; exit 9; }
+i=0
+while [ $i -lt $n ]; do FAKE_RANK=$i "$@" || exit $?; i=$((i+1)); done
+"""
+
+
+def entry(name, binary, points=2, timeout=10, **extra):
+    return dict({"name": name, "lab": "00", "points": points, "timeout": timeout, "binary": binary,
+                 "spec": "[graded][a]", "functions": ["layernorm_backward"], "hint": f"hint of {name}"}, **extra)
+
+
+class GraderOnFakeBinaries(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = Path(tempfile.mkdtemp(prefix="grade-test-"))
+        cls.bin = cls.tmp / "bin"
+        cls.bin.mkdir()
+        for name, body in FAKES.items():
+            p = cls.bin / name
+            p.write_text("#!/bin/sh\n" + body + "\n")
+            p.chmod(p.stat().st_mode | stat.S_IXUSR)
+        mpi = cls.tmp / "fake-mpiexec"
+        mpi.write_text(FAKE_MPIEXEC)
+        mpi.chmod(mpi.stat().st_mode | stat.S_IXUSR)
+        cls.grading = cls.tmp / "grading"
+        cls.grading.mkdir()
+        tests = [entry("t.passes", "passes", points=3), entry("t.stub", "stub"), entry("t.mismatch", "mismatch"),
+                 entry("t.segv", "segv"), entry("t.abort", "abort"), entry("t.hang", "hang", timeout=1.5),
+                 entry("t.flood", "flood", timeout=60), entry("t.gpu", "gpu", labels=["gpu"]),
+                 entry("t.silent", "silent"), entry("t.nomatch", "nomatch"), entry("t.fakepass", "fakepass"),
+                 entry("t.mpi", "rankcount", ranks=2), entry("t.missing", "does_not_exist")]
+        (cls.grading / "lab00-fake.json").write_text(json.dumps({"tests": tests}))
+        (cls.grading / "lab01-other.json").write_text(json.dumps({"tests": [dict(entry("t.lab01", "passes"),
+                                                                                 lab="01")]}))
+        cls.results = cls.tmp / "out" / "results.json"
+        cls.pid_file = cls.tmp / "hang.pid"
+        env = dict(os.environ, HANG_PID_FILE=str(cls.pid_file))
+        start = time.monotonic()
+        cls.proc = subprocess.run(
+            [sys.executable, str(GRADE), "00", "--no-build", "--bin-dir", str(cls.bin), "--grading-dir",
+             str(cls.grading), "--results", str(cls.results), "--build-dir", str(cls.tmp / "build"),
+             "--mpiexec", str(mpi)], capture_output=True, text=True, env=env, timeout=120)
+        cls.seconds = time.monotonic() - start
+        cls.data = json.loads(cls.results.read_text()) if cls.results.exists() else None
+        cls.by_name = {t["name"]: t for t in cls.data["tests"]} if cls.data else {}
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def test_grader_finishes_despite_crashes_hangs_and_floods(self):
+        self.assertEqual(self.proc.returncode, 0, self.proc.stderr)
+        self.assertLess(self.seconds, 60)
+        self.assertIsNotNone(self.data)
+
+    def test_results_json_has_gradescope_fields(self):
+        d = self.data
+        self.assertIsInstance(d["score"], (int, float))
+        self.assertIsInstance(d["execution_time"], (int, float))
+        self.assertEqual(len(d["tests"]), 13, "only lab 00's tests")
+        for i, t in enumerate(d["tests"], start=1):
+            self.assertEqual(set(t), {"name", "number", "score", "max_score", "status", "output", "visibility"})
+            self.assertEqual(t["number"], str(i))
+            self.assertIn(t["status"], ("passed", "failed"))
+            self.assertIn(t["visibility"], ("visible", "hidden", "after_due_date", "after_published"))
+            self.assertIsInstance(t["output"], str)
+            self.assertLessEqual(len(t["output"]), 20000)
+
+    def test_only_a_real_pass_earns_points(self):
+        self.assertEqual(self.by_name["t.passes"]["score"], 3)
+        self.assertEqual(self.by_name["t.passes"]["status"], "passed")
+        self.assertEqual(self.by_name["t.mpi"]["score"], 2)
+        for name, t in self.by_name.items():
+            if name not in ("t.passes", "t.mpi"):
+                self.assertEqual(t["score"], 0, name)
+                self.assertEqual(t["status"], "failed", name)
+        self.assertEqual(self.data["score"], 5)
+
+    def test_stub_failure_names_the_lab_function_and_where_to_look(self):
+        out = self.by_name["t.stub"]["output"]
+        self.assertIn("Lab 00: implement layernorm_backward (see labs/00-naive/README.md, section 3.2)", out)
+        self.assertIn("hint of t.stub", out)
+
+    def test_mismatch_hint_shows_the_first_mismatch(self):
+        out = self.by_name["t.mismatch"]["output"]
+        self.assertIn("First failure: tests/model/test_layers.cpp:57", out)
+        self.assertIn("layernorm_backward matches finite differences", out)
+        self.assertIn("first at index 0: got 0.25, expected 0.75", out)
+        self.assertIn("hint of t.mismatch", out)
+
+    def test_crashes_are_reported_with_the_signal(self):
+        self.assertIn("crashed (SIGSEGV)", self.by_name["t.segv"]["output"])
+        self.assertIn("crashed (SIGABRT)", self.by_name["t.abort"]["output"])
+
+    def test_hang_is_killed_with_its_children(self):
+        self.assertIn("timeout", self.by_name["t.hang"]["output"])
+        pid = int(self.pid_file.read_text())
+        time.sleep(0.2)
+        alive = True
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            alive = False
+        if alive:  # a zombie waiting for its reaper counts as dead
+            try:
+                alive = "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
+            except OSError:
+                alive = False
+        self.assertFalse(alive, "the hanging test's background child survived")
+
+    def test_flood_is_cut_and_capped(self):
+        t = self.by_name["t.flood"]
+        self.assertIn("output flood", t["output"])
+        self.assertIn("left out", t["output"])
+
+    def test_gpu_skip_earns_nothing_and_says_why(self):
+        self.assertIn("skipped (no GPU)", self.by_name["t.gpu"]["output"])
+
+    def test_exit_zero_needs_the_catch2_summary_and_a_summary_needs_exit_zero(self):
+        self.assertIn("without Catch2's summary", self.by_name["t.silent"]["output"])
+        self.assertEqual(self.by_name["t.fakepass"]["score"], 0)
+
+    def test_spec_matching_nothing_is_a_setup_problem(self):
+        self.assertIn("course staff", self.by_name["t.nomatch"]["output"])
+
+    def test_missing_binary_is_not_built(self):
+        self.assertIn("not built", self.by_name["t.missing"]["output"])
+
+    def test_table_lists_every_test_with_points(self):
+        out = self.proc.stdout
+        for line in ["t.passes", "3/3", "0/2", "crashed (SIGSEGV)", "timeout", "output flood", "total", "5/27"]:
+            self.assertIn(line, out)
+        self.assertIn("Lab 00: implement layernorm_backward", out)
+
+    def test_expect_modes(self):
+        base = [sys.executable, str(GRADE), "00", "--no-build", "--bin-dir", str(self.bin), "--grading-dir",
+                str(self.grading), "--results", str(self.tmp / "r2.json"), "--build-dir", str(self.tmp / "build")]
+        ok = subprocess.run(base + ["--only", "t.passes", "--expect", "full"], capture_output=True, text=True)
+        self.assertEqual(ok.returncode, 0, ok.stderr)
+        zero = subprocess.run(base + ["--only", "t.stub", "--only", "t.gpu", "--expect", "zero"],
+                              capture_output=True, text=True)
+        self.assertEqual(zero.returncode, 0, zero.stderr)
+        bad = subprocess.run(base + ["--only", "t.stub", "--only", "t.segv", "--only", "t.mismatch", "--expect",
+                                     "zero"], capture_output=True, text=True)
+        self.assertEqual(bad.returncode, 1)
+        self.assertIn("t.segv crashed (SIGSEGV)", bad.stderr)
+        self.assertIn("t.mismatch failed without naming the missing function", bad.stderr)
+        notfull = subprocess.run(base + ["--only", "t.passes", "--only", "t.stub", "--expect", "full"],
+                                 capture_output=True, text=True)
+        self.assertEqual(notfull.returncode, 1)
+
+
+class GraderBuild(unittest.TestCase):
+    """The build path on a tiny CMake project: a compile error gives one failed "build" entry."""
+
+    def setUp(self):
+        if not shutil.which("cmake"):
+            self.skipTest("no cmake")
+        self.tmp = Path(tempfile.mkdtemp(prefix="grade-build-"))
+        src = self.tmp / "src"
+        (src / "grading").mkdir(parents=True)
+        (src / "CMakeLists.txt").write_text(textwrap.dedent("""\
+            cmake_minimum_required(VERSION 3.16)
+            project(fake CXX)
+            option(BROKEN "" OFF)
+            if(BROKEN)
+              add_executable(fake_test broken.cpp)
+            else()
+              add_executable(fake_test ok.cpp)
+            endif()
+            """))
+        (src / "ok.cpp").write_text('#include <cstdio>\nint main() { std::puts("All tests passed (1 assertion '
+                                    'in 1 test case)"); }\n')
+        (src / "broken.cpp").write_text("int main() { return undeclared_name_in_student_code; }\n")
+        (src / "grading" / "lab00-x.json").write_text(json.dumps({"tests": [entry("x.one", "fake_test", points=4),
+                                                                            entry("x.two", "fake_test", points=6)]}))
+        self.src = src
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp)
+
+    def grade(self, *extra):
+        results = self.tmp / "results.json"
+        p = subprocess.run([sys.executable, str(GRADE), "00", "--source-dir", str(self.src), "--build-dir",
+                            str(self.tmp / "build"), "--grading-dir", str(self.src / "grading"), "--results",
+                            str(results), "--jobs", "2", *extra], capture_output=True, text=True, timeout=300)
+        return p, json.loads(results.read_text())
+
+    def test_build_then_run(self):
+        p, data = self.grade("--cmake-arg=-DBROKEN=OFF")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(data["score"], 10, p.stdout)
+        self.assertEqual([t["name"] for t in data["tests"]], ["x.one", "x.two"])
+
+    def test_build_failure_gives_one_failed_build_entry_with_the_errors(self):
+        p, data = self.grade("--cmake-arg=-DBROKEN=ON")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(data["score"], 0)
+        self.assertIsInstance(data["execution_time"], (int, float))
+        self.assertEqual(len(data["tests"]), 1)
+        t = data["tests"][0]
+        self.assertEqual((t["name"], t["status"], t["score"], t["max_score"]), ("build", "failed", 0.0, 10.0))
+        self.assertIn("undeclared_name_in_student_code", t["output"])
+        self.assertIn("error", t["output"])
+        self.assertIn("BUILD FAILED", p.stdout)
+
+
+class StudentFiles(unittest.TestCase):
+    """A submission's files are found by path or by a unique name; others are ignored."""
+
+    def test_stage(self):
+        sys.path.insert(0, str(ROOT / "tools"))
+        import grade
+        tmp = Path(tempfile.mkdtemp(prefix="grade-stage-"))
+        try:
+            root = tmp / "repo"
+            lab = root / "labs" / "00-naive"
+            for rel in ["model/a.cpp", "model/layers/b.cpp", "optim/c.cpp"]:
+                (lab / rel).parent.mkdir(parents=True, exist_ok=True)
+                (lab / rel).write_text(f"skeleton {rel}\n")
+            sub = tmp / "sub"
+            (sub / "labs/00-naive/model").mkdir(parents=True)
+            (sub / "labs/00-naive/model/a.cpp").write_text("student a\n")
+            (sub / "b.cpp").write_text("student b\n")
+            (sub / "evil.cpp").write_text("int main() {}\n")
+            stage = tmp / "stage"
+            notes = grade.stage_student_files("00", root, sub, stage)
+            self.assertEqual((stage / "model/a.cpp").read_text(), "student a\n")
+            self.assertEqual((stage / "model/layers/b.cpp").read_text(), "student b\n")
+            self.assertEqual((stage / "optim/c.cpp").read_text(), "skeleton optim/c.cpp\n")
+            self.assertFalse((stage / "evil.cpp").exists())
+            text = "\n".join(notes)
+            self.assertIn("optim/c.cpp: not in the submission", text)
+            self.assertIn("evil.cpp: ignored", text)
+        finally:
+            shutil.rmtree(tmp)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,769 @@
+#!/usr/bin/env python3
+"""Grades one lab: builds with the student's files, runs every graded test of the lab in its own
+process, prints a table of points with a hint for every failure, and writes Gradescope's
+results.json.
+
+    python3 tools/grade.py 00                       your labs/00-naive files
+    python3 tools/grade.py 00 --reference           the reference solution (instructors: full marks)
+    python3 tools/grade.py 00 --student-dir SUB     a submission (files found by path or by name)
+    python3 tools/grade.py 00 --results results.json --hidden-tests /path/to/hidden
+
+The graded tests, their points and time limits come from tests/grading/*.json (and *.json in each
+--hidden-tests directory); format in tests/grading/README.md. Each test runs as
+`<binary> -w NoTests <spec>` (under mpiexec when it has "ranks") with its time limit; a test passes
+when it exits 0 and Catch2's summary says every test case passed. The score is decided here, from
+the exit status and the output this process reads: nothing the student's code writes to a file is
+trusted, and results.json is written only after every test has finished.
+
+Standard library only, so any python3 runs it.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import labgen  # noqa: E402  (the lab table and the index of lab regions)
+
+SKIP_RETURN_CODE = 77                  # a GPU test exits with it where there is no GPU (as in CTest)
+OUTPUT_KEEP_BYTES = 64 * 1024          # output kept per test: the first and the last 32 KB
+OUTPUT_FLOOD_BYTES = 32 * 1024 * 1024  # a test printing more than this is killed
+KILL_GRACE_S = 2.0                     # between SIGTERM and SIGKILL of a test's process group
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+
+
+class GradingError(Exception):
+    """A problem with the grading setup itself (not with the student's code)."""
+
+
+# ----------------------------------------------------------------------------------------------
+# The graded tests
+
+@dataclasses.dataclass
+class GradedTest:
+    name: str
+    lab: str
+    points: float
+    timeout: float
+    binary: str
+    spec: str
+    ranks: int = 0
+    labels: list[str] = dataclasses.field(default_factory=list)
+    functions: list[str] = dataclasses.field(default_factory=list)
+    hint: str = ""
+    visibility: str = "visible"
+    source: str = ""  # the JSON file it came from
+
+    @property
+    def gpu(self) -> bool:
+        return "gpu" in self.labels
+
+
+VISIBILITIES = {"visible", "hidden", "after_due_date", "after_published"}
+
+
+def load_tests(dirs: list[Path], hidden_dirs: list[Path] = ()) -> list[GradedTest]:
+    """Every graded test in *.json of dirs (visible) and hidden_dirs (default after_published)."""
+    tests: list[GradedTest] = []
+    seen: dict[str, str] = {}
+    for directory, default_visibility in [(d, "visible") for d in dirs] + [(d, "after_published") for d in hidden_dirs]:
+        for path in sorted(Path(directory).glob("*.json")):
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as e:
+                raise GradingError(f"{path}: not valid JSON: {e}") from e
+            entries = data.get("tests") if isinstance(data, dict) else None
+            if not isinstance(entries, list):
+                raise GradingError(f"{path}: expected an object with a \"tests\" list (see tests/grading/README.md)")
+            for i, e in enumerate(entries):
+                where = f"{path}: tests[{i}]"
+                missing = [k for k in ("name", "lab", "points", "timeout", "binary", "spec") if k not in e]
+                if missing:
+                    raise GradingError(f"{where}: missing {', '.join(missing)} (see tests/grading/README.md)")
+                if e["name"] in seen:
+                    raise GradingError(f"{where}: test name {e['name']!r} is also used in {seen[e['name']]}")
+                seen[e["name"]] = str(path)
+                lab = str(e["lab"]).zfill(2)
+                try:
+                    points, timeout = float(e["points"]), float(e["timeout"])
+                except (TypeError, ValueError) as err:
+                    raise GradingError(f"{where}: points and timeout must be numbers") from err
+                if points < 0 or timeout <= 0:
+                    raise GradingError(f"{where}: points must be >= 0 and timeout > 0")
+                visibility = e.get("visibility", default_visibility)
+                if visibility not in VISIBILITIES:
+                    raise GradingError(f"{where}: visibility must be one of {sorted(VISIBILITIES)}")
+                tests.append(GradedTest(
+                    name=e["name"], lab=lab, points=points, timeout=timeout, binary=e["binary"], spec=e["spec"],
+                    ranks=int(e.get("ranks", 0) or 0), labels=list(e.get("labels", [])),
+                    functions=list(e.get("functions", [])), hint=e.get("hint", ""), visibility=visibility,
+                    source=str(path)))
+    return tests
+
+
+# ----------------------------------------------------------------------------------------------
+# Running one process: its own process group, a time limit, capped output
+
+@dataclasses.dataclass
+class RunResult:
+    returncode: int | None
+    output: str
+    seconds: float
+    timed_out: bool = False
+    flooded: bool = False
+    total_bytes: int = 0
+
+
+def run_capped(cmd: list[str], timeout: float, cwd: Path | None = None, env: dict | None = None,
+               keep_bytes: int = OUTPUT_KEEP_BYTES, flood_bytes: int = OUTPUT_FLOOD_BYTES) -> RunResult:
+    """Runs cmd in a new session (process group) with stdout+stderr captured: keeps the first and
+    the last keep_bytes/2, kills the whole group on timeout or after flood_bytes of output."""
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            cwd=cwd, env=env, start_new_session=True)
+    head = bytearray()
+    tail: collections.deque[bytes] = collections.deque()
+    state = {"tail_bytes": 0, "total": 0, "flooded": False}
+    half = keep_bytes // 2
+
+    def kill_group(sig: int) -> None:
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def reader() -> None:
+        assert proc.stdout is not None
+        while True:
+            chunk = proc.stdout.read1(65536) if hasattr(proc.stdout, "read1") else proc.stdout.read(65536)
+            if not chunk:
+                return
+            state["total"] += len(chunk)
+            if len(head) < half:
+                take = half - len(head)
+                head.extend(chunk[:take])
+                chunk = chunk[take:]
+            if chunk:
+                tail.append(chunk)
+                state["tail_bytes"] += len(chunk)
+                while state["tail_bytes"] - len(tail[0]) >= half:
+                    state["tail_bytes"] -= len(tail.popleft())
+            if state["total"] > flood_bytes and not state["flooded"]:
+                state["flooded"] = True
+                kill_group(signal.SIGKILL)
+
+    thread = threading.Thread(target=reader, daemon=True)
+    thread.start()
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        kill_group(signal.SIGTERM)
+        try:
+            proc.wait(timeout=KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        kill_group(signal.SIGKILL)
+        proc.wait()
+    kill_group(signal.SIGKILL)  # whatever the test left running in its group
+    thread.join(timeout=5)
+    seconds = time.monotonic() - start
+    tail_bytes = b"".join(tail)
+    if len(tail_bytes) > half:
+        tail_bytes = tail_bytes[-half:]
+    dropped = state["total"] - len(head) - len(tail_bytes)
+    text = head.decode("utf-8", errors="replace")
+    if dropped > 0:
+        text += f"\n[... {dropped} bytes of output left out ...]\n"
+    text += tail_bytes.decode("utf-8", errors="replace")
+    return RunResult(returncode=proc.returncode, output=text, seconds=seconds, timed_out=timed_out,
+                     flooded=state["flooded"], total_bytes=state["total"])
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading Catch2's console output
+
+ALL_PASSED_RE = re.compile(r"^All tests passed \((\d+) assertions? in (\d+) test cases?\)", re.M)
+SOME_FAILED_RE = re.compile(r"^test cases:\s*(\d+)\s*\|.*?(\d+) failed", re.M)
+FAILED_AT_RE = re.compile(r"^(.+?):(\d+): FAILED:\s*$")
+STUB_RE = re.compile(r"Lab (\d\d): implement ([A-Za-z_][\w:~]*) \(see ([^)]*)\)")
+MPI_SIGNAL_RE = re.compile(r"exited on signal (\d+) \(([^)]*)\)")
+CATCH_SIGNAL_RE = re.compile(r"due to a fatal error condition:\s*\n\s*(SIG[A-Z]+)")
+
+
+@dataclasses.dataclass
+class Failure:
+    where: str        # file:line of the assertion
+    test_case: str
+    lines: list[str]  # the expression, its expansion and messages
+
+
+def parse_failures(output: str) -> list[Failure]:
+    failures: list[Failure] = []
+    lines = output.splitlines()
+    test_case = ""
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if re.match(r"^-{20,}$", line):  # a test case header: dashes, the name (and sections), dashes
+            j = i + 1
+            names = []
+            while j < len(lines) and not re.match(r"^-{20,}$", lines[j]) and j - i < 6:
+                names.append(lines[j].strip())
+                j += 1
+            if j < len(lines) and re.match(r"^-{20,}$", lines[j]):
+                test_case = " / ".join(n for n in names if n)
+                i = j + 1
+                continue
+        m = FAILED_AT_RE.match(line)
+        if m:
+            body = []
+            j = i + 1
+            while j < len(lines) and lines[j].strip() and not FAILED_AT_RE.match(lines[j]) \
+                    and not re.match(r"^[-=.]{20,}$", lines[j]):
+                body.append(lines[j].rstrip())
+                j += 1
+            where = f"{shorten_path(m.group(1))}:{m.group(2)}"
+            failures.append(Failure(where=where, test_case=test_case, lines=body))
+            i = j
+            continue
+        i += 1
+    return failures
+
+
+def shorten_path(path: str) -> str:
+    root = str(labgen.repo_root()) + os.sep
+    return path[len(root):] if path.startswith(root) else path
+
+
+# ----------------------------------------------------------------------------------------------
+# Outcome of one test
+
+@dataclasses.dataclass
+class Outcome:
+    test: GradedTest
+    status: str            # passed, failed, crashed (SIGSEGV), timeout, output flood, skipped (no GPU), not built
+    score: float
+    seconds: float = 0.0
+    hint: str = ""         # one line for the table
+    details: str = ""      # the full hint
+    output: str = ""       # the test's output (capped)
+    stub_messages: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+
+class WhereToLook:
+    """function name -> where its student code is, from the lab regions of the reference."""
+
+    def __init__(self, root: Path, student_note: str = ""):
+        self.regions: dict[str, list[labgen.Region]] = {}
+        try:
+            for r in labgen.all_regions(root / "reference"):
+                self.regions.setdefault(r.function, []).append(r)
+        except (labgen.MarkerError, OSError):
+            pass
+        self.student_note = student_note
+
+    def describe(self, function: str) -> str:
+        regions = self.regions.get(function)
+        if not regions:
+            return function
+        r = regions[0]
+        return f"{function} in {r.student_file()} (handout {r.handout()}, section {r.section})"
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def judge(test: GradedTest, run: RunResult, where: WhereToLook) -> Outcome:
+    out = run.output
+    stubs = sorted(set(m.group(0) for m in STUB_RE.finditer(out)))
+    failures = parse_failures(out)
+    passed_summaries = ALL_PASSED_RE.findall(out)
+    failed_summaries = SOME_FAILED_RE.findall(out)
+    status, short, why = "failed", "", ""
+    if run.timed_out:
+        status = "timeout"
+        why = (f"No result within the time limit of {test.timeout:g} s, so the test was stopped. Look for an "
+               f"infinite loop or a deadlock (with ranks: one rank waiting for a message that is never sent), "
+               f"or code that is far too slow.")
+        short = f"killed after {test.timeout:g} s"
+    elif run.flooded:
+        status = "output flood"
+        why = (f"The test printed more than {OUTPUT_FLOOD_BYTES // (1024 * 1024)} MB and was stopped. "
+               f"Remove debug printing from loops.")
+        short = "printed too much output; stopped"
+    elif run.returncode == SKIP_RETURN_CODE:
+        status = "skipped (no GPU)" if test.gpu else "skipped"
+        why = ("The test reported that it cannot run here (exit code 77: no GPU on this machine). It earns no "
+               "points here; it is graded where a GPU is present.")
+        short = "needs a GPU; not run here"
+    elif run.returncode is not None and run.returncode < 0:
+        status = f"crashed ({signal_name(-run.returncode)})"
+    elif MPI_SIGNAL_RE.search(out):
+        m = MPI_SIGNAL_RE.search(out)
+        status = f"crashed ({signal_name(int(m.group(1)))})"
+    elif CATCH_SIGNAL_RE.search(out):
+        status = f"crashed ({CATCH_SIGNAL_RE.search(out).group(1)})"
+    elif run.returncode == 0 and passed_summaries and not failed_summaries \
+            and (not test.ranks or len(passed_summaries) >= 1):
+        status = "passed"
+    elif "No test cases matched" in out:
+        why = (f"The binary {test.binary} has no test case matching {test.spec!r}: the graded-test list "
+               f"({Path(test.source).name}) and the test sources disagree. This is a problem of the lab, "
+               f"not of your code: tell the course staff.")
+        short = "no test case matched (course setup problem)"
+    elif run.returncode == 0:
+        why = "The test exited with status 0 but without Catch2's summary line, so it does not count as passed."
+        short = "exited without Catch2's summary"
+
+    if status.startswith("crashed"):
+        why = (f"The test process died with {status[9:-1]}. Typical causes: reading or writing outside an "
+               f"array (check every index against the shape comments), a null pointer, or an exception thrown "
+               f"where none may escape (std::terminate -> SIGABRT).")
+        short = f"crashed with {status[9:-1]}"
+
+    if status == "failed" and not why and not failures and not stubs:
+        why = f"The test exited with status {run.returncode} without a Catch2 failure report; see its output."
+    score = test.points if status == "passed" else 0.0
+    parts: list[str] = []
+    if status != "passed":
+        if why:
+            parts.append(why)
+        if test.hint:
+            parts.append(f"What this test checks: {test.hint}")
+        if stubs:
+            parts.append("Not implemented yet (the skeleton's stub threw): " + "; ".join(stubs))
+            if not short:
+                short = stubs[0]
+        if test.functions:
+            parts.append("Where to look: " + "; ".join(where.describe(f) for f in test.functions))
+        if failures:
+            f = failures[0]
+            text = [f"First failure: {f.where}" + (f" in test case \"{f.test_case}\"" if f.test_case else "")]
+            text += ["  " + ln for ln in f.lines[:20]]
+            if len(failures) > 1:
+                text.append(f"  (and {len(failures) - 1} more failed assertion(s); see the output below)")
+            parts.append("\n".join(text))
+            if not short:
+                short = first_message(f) or f"failed at {f.where}"
+        if not short:
+            if run.returncode not in (None, 0):
+                short = f"exit status {run.returncode}"
+            else:
+                short = "failed"
+    return Outcome(test=test, status=status, score=score, seconds=run.seconds, hint=short,
+                   details="\n".join(parts), output=out, stub_messages=stubs)
+
+
+def first_message(f: Failure) -> str:
+    """The most telling line of a failure: the message under 'with message:' if any."""
+    for i, ln in enumerate(f.lines):
+        if ln.startswith("with message") or ln.startswith("due to unexpected exception"):
+            for follow in f.lines[i + 1:]:
+                if follow.strip():
+                    return follow.strip()
+    return f.lines[0].strip() if f.lines else ""
+
+
+# ----------------------------------------------------------------------------------------------
+# Building
+
+def cmake_cache_value(build_dir: Path, key: str) -> str | None:
+    cache = build_dir / "CMakeCache.txt"
+    if not cache.exists():
+        return None
+    for line in cache.read_text(encoding="utf-8", errors="replace").splitlines():
+        m = re.match(rf"^{re.escape(key)}:[A-Z]+=(.*)$", line)
+        if m:
+            return m.group(1)
+    return None
+
+
+def request_codemodel(build_dir: Path) -> None:
+    query = build_dir / ".cmake" / "api" / "v1" / "query"
+    query.mkdir(parents=True, exist_ok=True)
+    (query / "codemodel-v2").touch()
+
+
+def executable_targets(build_dir: Path) -> dict[str, Path]:
+    """Executable target name -> its file, from the CMake file API reply of the last configure."""
+    reply = build_dir / ".cmake" / "api" / "v1" / "reply"
+    indexes = sorted(reply.glob("index-*.json"))
+    if not indexes:
+        return {}
+    index = json.loads(indexes[-1].read_text())
+    entry = index.get("reply", {}).get("codemodel-v2")
+    if not entry:
+        return {}
+    codemodel = json.loads((reply / entry["jsonFile"]).read_text())
+    result = {}
+    for config in codemodel.get("configurations", [])[:1]:
+        for t in config.get("targets", []):
+            target = json.loads((reply / t["jsonFile"]).read_text())
+            if target.get("type") == "EXECUTABLE" and target.get("artifacts"):
+                p = Path(target["artifacts"][0]["path"])
+                result[t["name"]] = p if p.is_absolute() else build_dir / p
+    return result
+
+
+ERROR_LINE_RE = re.compile(r"(error:|fatal error|undefined reference|CMake Error|No rule to make target|"
+                           r"multiple definition|ld returned)", re.I)
+
+
+def compiler_errors(log: str, source_root: Path, max_chars: int = 16000) -> str:
+    """The error lines of a build log with a little context (the notes and carets that follow)."""
+    lines = log.splitlines()
+    keep: list[int] = []
+    for i, ln in enumerate(lines):
+        if ERROR_LINE_RE.search(ln):
+            keep.extend(range(max(0, i - 1), min(len(lines), i + 6)))
+    if not keep:
+        chosen = lines[-80:]
+    else:
+        chosen, last = [], -2
+        for i in sorted(set(keep)):
+            if i != last + 1 and chosen:
+                chosen.append("...")
+            chosen.append(lines[i])
+            last = i
+    text = "\n".join(chosen).replace(str(source_root) + os.sep, "")
+    if len(text) > max_chars:
+        text = text[:max_chars] + "\n[... more errors left out ...]"
+    return text
+
+
+@dataclasses.dataclass
+class BuildResult:
+    ok: bool
+    log: str
+    binaries: dict[str, Path]
+    seconds: float
+
+
+def build(source: Path, build_dir: Path, cmake_defs: dict[str, str], cmake_args: list[str], targets: list[str],
+          jobs: int, timeout: float) -> BuildResult:
+    start = time.monotonic()
+    build_dir.mkdir(parents=True, exist_ok=True)
+    request_codemodel(build_dir)
+    configure = ["cmake", "-S", str(source), "-B", str(build_dir)]
+    configure += [f"-D{k}={v}" for k, v in cmake_defs.items()] + cmake_args
+    print(f"grade: configuring: {' '.join(configure)}", file=sys.stderr, flush=True)
+    run = run_capped(configure, timeout=timeout, keep_bytes=256 * 1024)
+    if run.returncode != 0:
+        why = "timed out" if run.timed_out else f"exit status {run.returncode}"
+        return BuildResult(False, f"CMake configure failed ({why}):\n{run.output}", {}, time.monotonic() - start)
+    binaries = executable_targets(build_dir)
+    wanted = [t for t in targets if t in binaries]
+    if wanted:
+        cmd = ["cmake", "--build", str(build_dir), "--target", *wanted, "-j", str(jobs)]
+        print(f"grade: building {', '.join(wanted)}", file=sys.stderr, flush=True)
+        run = run_capped(cmd, timeout=max(1.0, timeout - (time.monotonic() - start)), keep_bytes=512 * 1024)
+        if run.returncode != 0:
+            why = "timed out" if run.timed_out else f"exit status {run.returncode}"
+            return BuildResult(False, f"The build failed ({why}):\n{run.output}", {}, time.monotonic() - start)
+    return BuildResult(True, "", {t: binaries[t] for t in wanted}, time.monotonic() - start)
+
+
+# ----------------------------------------------------------------------------------------------
+# The student's files
+
+def stage_student_files(lab: str, root: Path, submission: Path, stage: Path) -> list[str]:
+    """stage = the lab's skeleton with the submission's files laid over it. A file is taken from
+    the submission by its path (labs/NN-name/<rel> or <rel>) or, failing that, by a unique file
+    name anywhere in it. Returns notes for the student."""
+    lab_dir = root / "labs" / labgen.LAB_DIRS[lab]
+    if stage.exists():
+        shutil.rmtree(stage)
+    shutil.copytree(lab_dir, stage)
+    notes = []
+    submitted = [p for p in submission.rglob("*") if p.is_file()]
+    by_name: dict[str, list[Path]] = {}
+    for p in submitted:
+        by_name.setdefault(p.name, []).append(p)
+    used: set[Path] = set()
+    expected = sorted(p.relative_to(lab_dir).as_posix() for p in lab_dir.rglob("*")
+                      if p.is_file() and p.suffix in labgen.SOURCE_SUFFIXES)
+    for rel in expected:
+        candidates = [submission / "labs" / labgen.LAB_DIRS[lab] / rel, submission / rel]
+        found = next((c for c in candidates if c.is_file()), None)
+        if found is None:
+            same = by_name.get(Path(rel).name, [])
+            if len(same) == 1:
+                found = same[0]
+            elif len(same) > 1:
+                notes.append(f"{Path(rel).name}: several files of this name in the submission "
+                             f"({', '.join(str(p.relative_to(submission)) for p in same)}); put it at "
+                             f"labs/{labgen.LAB_DIRS[lab]}/{rel}. The skeleton's copy was used.")
+                continue
+        if found is None:
+            notes.append(f"{rel}: not in the submission; the skeleton's copy was used (its tests will fail).")
+            continue
+        shutil.copyfile(found, stage / rel)
+        used.add(found)
+        notes.append(f"{rel}: from the submission's {found.relative_to(submission).as_posix()}")
+    for p in submitted:
+        if p not in used and p.suffix in labgen.SOURCE_SUFFIXES | labgen.HEADER_SUFFIXES:
+            notes.append(f"{p.relative_to(submission).as_posix()}: ignored (lab {lab} does not use this file)")
+    return notes
+
+
+# ----------------------------------------------------------------------------------------------
+# Reporting
+
+def fmt_points(x: float) -> str:
+    return f"{x:g}"
+
+
+def print_table(title: str, outcomes: list[Outcome], build_failed: str | None, total_possible: float,
+                stream=sys.stdout) -> None:
+    earned = sum(o.score for o in outcomes)
+    print(f"\n{title}", file=stream)
+    if build_failed is not None:
+        print("\nBUILD FAILED: no test could run; score 0/" + fmt_points(total_possible), file=stream)
+        print(build_failed, file=stream)
+        return
+    name_w = max([len("test")] + [len(o.test.name) for o in outcomes])
+    status_w = max([len("status")] + [len(o.status) for o in outcomes])
+    header = f"{'test':<{name_w}}  {'points':>9}  {'status':<{status_w}}  hint"
+    print(header, file=stream)
+    print("-" * max(len(header), 100), file=stream)
+    for o in outcomes:
+        pts = f"{fmt_points(o.score)}/{fmt_points(o.test.points)}"
+        hint = "" if o.passed else o.hint
+        if len(hint) > 110:
+            hint = hint[:107] + "..."
+        print(f"{o.test.name:<{name_w}}  {pts:>9}  {o.status:<{status_w}}  {hint}", file=stream)
+    print("-" * max(len(header), 100), file=stream)
+    print(f"{'total':<{name_w}}  {fmt_points(earned) + '/' + fmt_points(total_possible):>9}", file=stream)
+    failed = [o for o in outcomes if not o.passed]
+    if failed:
+        print("\nHints for the tests that did not pass:", file=stream)
+        for o in failed:
+            print(f"\n== {o.test.name} ({o.status}, {fmt_points(o.score)}/{fmt_points(o.test.points)})", file=stream)
+            print(o.details, file=stream)
+
+
+def test_output_for_gradescope(o: Outcome, limit: int = 12000) -> str:
+    text = f"{o.status} in {o.seconds:.1f} s (time limit {o.test.timeout:g} s)"
+    if o.details:
+        text += "\n\n" + o.details
+    if not o.passed and o.output.strip():
+        out = o.output.strip()
+        if len(out) > limit:
+            out = out[:limit // 2] + f"\n[... {len(out) - limit} characters left out ...]\n" + out[-limit // 2:]
+        text += "\n\n--- test output ---\n" + out
+    return text
+
+
+def results_json(outcomes: list[Outcome], build_failed: str | None, total_possible: float, seconds: float,
+                 summary: str) -> dict:
+    if build_failed is not None:
+        tests = [{"name": "build", "number": "0", "score": 0.0, "max_score": total_possible, "status": "failed",
+                  "output": "The code did not build, so no test could run.\n\n" + build_failed,
+                  "visibility": "visible"}]
+        score = 0.0
+    else:
+        tests = [{"name": o.test.name, "number": str(i + 1), "score": o.score, "max_score": o.test.points,
+                  "status": "passed" if o.passed else "failed", "output": test_output_for_gradescope(o),
+                  "visibility": o.test.visibility} for i, o in enumerate(outcomes)]
+        score = sum(o.score for o in outcomes)
+    return {"score": score, "execution_time": round(seconds, 3), "output": summary, "output_format": "text",
+            "test_output_format": "text", "visibility": "visible", "stdout_visibility": "hidden", "tests": tests}
+
+
+def write_json_atomically(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".results-", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------------------------
+# Main
+
+def test_command(test: GradedTest, binary: Path, mpiexec: str | None) -> list[str]:
+    cmd = [str(binary), "-w", "NoTests", "--use-colour", "no", test.spec]
+    if test.ranks:
+        if not mpiexec:
+            raise GradingError("mpiexec not found")
+        cmd = [mpiexec, "-n", str(test.ranks), "--oversubscribe"] + cmd
+    return cmd
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    root = labgen.repo_root()
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("lab", help="the lab number, e.g. 00")
+    p.add_argument("--reference", action="store_true", help="grade the reference solution instead of labs/")
+    p.add_argument("--student-dir", type=Path, help="a submission: its files replace the lab's skeleton files")
+    p.add_argument("--build-dir", type=Path, help="build directory (default: build/grade)")
+    p.add_argument("--results", type=Path, help="where to write results.json (default: <build-dir>/results.json)")
+    p.add_argument("--hidden-tests", type=Path, action="append", default=[],
+                   help="a directory of extra tests outside the repository (CMakeLists.txt + *.json); repeatable")
+    p.add_argument("--grading-dir", type=Path, action="append", default=None,
+                   help="directories of graded-test *.json (default: tests/grading)")
+    p.add_argument("--source-dir", type=Path, default=root, help="the scalelab checkout (default: this one)")
+    p.add_argument("--cmake-arg", action="append", default=[], help="extra argument for cmake's configure step")
+    p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 2, help="parallel build jobs")
+    p.add_argument("--build-timeout", type=float, default=3600, help="seconds for configure + build")
+    p.add_argument("--no-build", action="store_true",
+                   help="do not configure or build: run the binaries found in --bin-dir (or the build dir's)")
+    p.add_argument("--bin-dir", type=Path, help="with --no-build: where the test binaries are")
+    p.add_argument("--mpiexec", help="the MPI launcher (default: the one CMake found, else mpiexec on PATH)")
+    p.add_argument("--only", action="append", default=[], help="grade only these tests (by name); repeatable")
+    p.add_argument("--expect", choices=["full", "zero"],
+                   help="for CI: exit 1 unless every test passed (full; GPU tests may skip), or unless the score "
+                        "is 0 with no crash, hang or flood and every failure names the missing 'Lab NN: implement' "
+                        "(zero)")
+    p.add_argument("--quiet", action="store_true", help="print only the table, not the hints")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.monotonic()
+    source = args.source_dir.resolve()
+    lab = args.lab.zfill(2)
+    if lab not in labgen.LAB_DIRS:
+        print(f"grade: unknown lab {args.lab}; labs are {', '.join(labgen.LAB_DIRS)}", file=sys.stderr)
+        return 2
+    if args.reference and args.student_dir:
+        print("grade: --reference and --student-dir exclude each other", file=sys.stderr)
+        return 2
+    build_dir = (args.build_dir or source / "build" / "grade").resolve()
+    results_path = (args.results or build_dir / "results.json").resolve()
+    grading_dirs = [d.resolve() for d in (args.grading_dir or [source / "tests" / "grading"])]
+    hidden = [d.resolve() for d in args.hidden_tests]
+    try:
+        tests = [t for t in load_tests(grading_dirs, hidden) if t.lab == lab]
+    except GradingError as e:
+        print(f"grade: {e}", file=sys.stderr)
+        return 2
+    if args.only:
+        tests = [t for t in tests if t.name in args.only]
+    total_possible = sum(t.points for t in tests)
+    what = "the reference solution" if args.reference else (
+        f"the submission in {args.student_dir}" if args.student_dir else f"labs/{labgen.LAB_DIRS[lab]}")
+    title = f"Lab {lab} ({labgen.LAB_DIRS[lab]}): {what}, {len(tests)} graded tests"
+    notes: list[str] = []
+
+    build_failed: str | None = None
+    binaries: dict[str, Path] = {}
+    if args.no_build:
+        bin_dir = (args.bin_dir or build_dir / "tests").resolve()
+        binaries = {t.binary: bin_dir / t.binary for t in tests if (bin_dir / t.binary).exists()}
+    else:
+        defs = {"SCALELAB_LABS": "none" if args.reference else lab}
+        if args.student_dir:
+            stage = build_dir / f"student-lab{lab}"
+            notes = stage_student_files(lab, source, args.student_dir.resolve(), stage)
+            defs[f"SCALELAB_LAB_DIR_{lab}"] = str(stage)
+        elif not args.reference and (source / "labs" / labgen.LAB_DIRS[lab]).is_dir():
+            defs[f"SCALELAB_LAB_DIR_{lab}"] = str(source / "labs" / labgen.LAB_DIRS[lab])
+        defs["SCALELAB_HIDDEN_TESTS"] = ";".join(str(d) for d in hidden)
+        result = build(source, build_dir, defs, args.cmake_arg, sorted({t.binary for t in tests}), args.jobs,
+                       args.build_timeout)
+        if not result.ok:
+            build_failed = compiler_errors(result.log, source)
+        binaries = result.binaries
+
+    mpiexec = args.mpiexec or cmake_cache_value(build_dir, "MPIEXEC_EXECUTABLE") or shutil.which("mpiexec")
+    where = WhereToLook(source)
+    outcomes: list[Outcome] = []
+    if build_failed is None:
+        work = build_dir / "grade-run"
+        work.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        for n, t in enumerate(tests, start=1):
+            binary = binaries.get(t.binary)
+            if binary is None:
+                status = "skipped (no GPU)" if t.gpu else "not built"
+                detail = (f"The test binary {t.binary} is not part of this build"
+                          + (" (no CUDA here); it is graded where a GPU is present." if t.gpu else
+                             " (is MPI or CUDA missing, or is the target misnamed in "
+                             f"{Path(t.source).name}?). This is a problem of the setup, not of your code."))
+                outcomes.append(Outcome(test=t, status=status, score=0.0, hint=detail.split(" (")[0],
+                                        details=detail))
+                print(f"[{n}/{len(tests)}] {t.name}: {status}", file=sys.stderr, flush=True)
+                continue
+            run_env = dict(env, **MPI_ENV) if t.ranks else env
+            try:
+                cmd = test_command(t, binary, mpiexec)
+            except GradingError as e:
+                outcomes.append(Outcome(test=t, status="not run", score=0.0, hint=str(e), details=str(e)))
+                continue
+            run = run_capped(cmd, timeout=t.timeout, cwd=work, env=run_env)
+            o = judge(t, run, where)
+            outcomes.append(o)
+            print(f"[{n}/{len(tests)}] {t.name}: {o.status} ({o.seconds:.1f} s)", file=sys.stderr, flush=True)
+
+    seconds = time.monotonic() - started
+    earned = sum(o.score for o in outcomes)
+    summary_lines = [title, f"Score: {fmt_points(earned)}/{fmt_points(total_possible)}"
+                     + (" (the build failed)" if build_failed is not None else "")]
+    if notes:
+        summary_lines += ["", "Files used:"] + ["  " + n for n in notes]
+    summary = "\n".join(summary_lines)
+    write_json_atomically(results_path, results_json(outcomes, build_failed, total_possible, seconds, summary))
+
+    if args.quiet:
+        for o in outcomes:
+            o.details = ""
+    print_table(title, outcomes, build_failed, total_possible)
+    if notes:
+        print("\nFiles used:\n" + "\n".join("  " + n for n in notes))
+    print(f"\nScore: {fmt_points(earned)}/{fmt_points(total_possible)} in {seconds:.1f} s; "
+          f"results written to {results_path}")
+
+    if args.expect == "full":
+        bad = [o for o in outcomes if not o.passed and not o.status.startswith("skipped")]
+        if build_failed is not None or bad:
+            print(f"grade: EXPECTED FULL MARKS, but {'the build failed' if build_failed is not None else ''}"
+                  f"{', '.join(o.test.name + ' ' + o.status for o in bad)}", file=sys.stderr)
+            return 1
+    elif args.expect == "zero":
+        problems = []
+        if build_failed is not None:
+            problems.append("the build failed")
+        for o in outcomes:
+            if o.passed:
+                problems.append(f"{o.test.name} passed")
+            elif o.status.startswith("skipped"):
+                continue
+            elif o.status != "failed":
+                problems.append(f"{o.test.name} {o.status}")
+            elif not any(s.startswith(f"Lab {lab}: implement") for s in o.stub_messages):
+                problems.append(f"{o.test.name} failed without naming the missing function ('Lab {lab}: implement ...')")
+        if problems:
+            print("grade: EXPECTED A CLEAN ZERO (the skeleton), but: " + "; ".join(problems), file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
