@@ -1,0 +1,75 @@
+// The command line: bad input exits non-zero with one clear message naming the setting.
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cstdio>
+#include <string>
+#include <sys/wait.h>
+
+namespace {
+
+struct CliResult {
+  int status = -1;
+  std::string output;
+};
+
+CliResult run_cli(const std::string& args) {
+  const std::string cmd = std::string(SCALELAB_CLI_PATH) + " " + args + " 2>&1";
+  CliResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::array<char, 4096> buf{};
+  while (std::fgets(buf.data(), buf.size(), p)) r.output += buf.data();
+  const int raw = pclose(p);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("scalelab train rejects bad settings with exit status 2 and a message", "[cli]") {
+  struct Case {
+    const char* args;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"train --config gpt3", "error: config: unknown model config 'gpt3'; choose one of tiny, mini, gpt2"},
+      {"train --batch 0", "error: batch: must be in [1, 4096], got 0"},
+      {"train --seq-len 999", "error: seq_len: must be in [1, 256] for config 'mini', got 999"},
+      {"train --data /no/such/file.txt", "error: data: no such file '/no/such/file.txt'"},
+      {"train --batch 6 --grad-accum 4", "error: grad_accum: batch 6 is not divisible into 4 micro-batches"},
+      {"train --checkpoint often", "error: checkpoint: unknown policy 'often'"},
+      {"train --init /no/weights.safetensors", "/no/weights.safetensors"},
+      {"train --resume /no/state.safetensors", "/no/state.safetensors"},
+  };
+  for (const auto& c : cases) {
+    const CliResult r = run_cli(c.args);
+    INFO("scalelab " << c.args << "\n  exit status " << r.status << "\n  output: " << r.output);
+    CHECK(r.status == 2);
+    CHECK(r.output.find(c.message) != std::string::npos);
+  }
+}
+
+TEST_CASE("scalelab without a subcommand prints usage and fails", "[cli]") {
+  const CliResult r = run_cli("");
+  INFO(r.output);
+  CHECK(r.status != 0);
+  CHECK(r.output.find("A subcommand is required") != std::string::npos);
+}
+
+TEST_CASE("scalelab train runs a short job, writes metrics, weights and state", "[cli]") {
+  const std::string dir = "/tmp/scalelab_cli_test";
+  std::system(("mkdir -p " + dir).c_str());
+  const CliResult r = run_cli("train --steps 2 --batch 2 --seq-len 32 --metrics " + dir + "/m.jsonl --save " + dir +
+                              "/w.safetensors --save-state " + dir + "/s.safetensors");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  CHECK(r.output.find("bytes per parameter: params 4.00 + grads 4.00 + optimizer 8.00 = 16.00") != std::string::npos);
+  const CliResult again = run_cli("train --steps 1 --batch 2 --seq-len 32 --init " + dir + "/w.safetensors");
+  INFO(again.output);
+  CHECK(again.status == 0);
+  const CliResult resumed = run_cli("train --steps 1 --batch 2 --seq-len 32 --resume " + dir + "/s.safetensors");
+  INFO(resumed.output);
+  CHECK(resumed.status == 0);
+  CHECK(resumed.output.find("step     3/3") != std::string::npos);
+}
