@@ -298,7 +298,8 @@ def signal_name(number: int) -> str:
 
 def judge(test: GradedTest, run: RunResult, where: WhereToLook) -> Outcome:
     out = run.output
-    stubs = sorted(set(m.group(0) for m in STUB_RE.finditer(out)))
+    # Catch2 wraps long messages at 80 columns: join the pieces of each stub message again.
+    stubs = sorted(set(" ".join(m.group(0).split()) for m in STUB_RE.finditer(out)))
     failures = parse_failures(out)
     passed_summaries = ALL_PASSED_RE.findall(out)
     failed_summaries = SOME_FAILED_RE.findall(out)
@@ -378,12 +379,19 @@ def judge(test: GradedTest, run: RunResult, where: WhereToLook) -> Outcome:
 
 
 def first_message(f: Failure) -> str:
-    """The most telling line of a failure: the message under 'with message:' if any."""
+    """The most telling line of a failure: the message under 'with message:' if any (Catch2 wraps
+    it at 80 columns with the same indentation, so the indented lines are joined again)."""
     for i, ln in enumerate(f.lines):
         if ln.startswith("with message") or ln.startswith("due to unexpected exception"):
+            pieces = []
             for follow in f.lines[i + 1:]:
-                if follow.strip():
-                    return follow.strip()
+                if not follow.startswith(" "):
+                    break
+                pieces.append(follow.strip())
+                if ln.startswith("with messages"):  # several messages: only the first line is sure
+                    break
+            if pieces:
+                return " ".join(pieces)
     return f.lines[0].strip() if f.lines else ""
 
 

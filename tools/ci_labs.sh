@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# CI for the labs (called from .ci/run): proves that the lab contract holds.
+#   1. labs/ is in sync with reference/          (tools/labgen.py --check)
+#   2. the reference scores full marks            (tools/grade.py NN --reference --expect full, every lab)
+#   3. the skeleton of all labs compiles, and each lab's skeleton scores zero without a crash, hang
+#      or flood, every failure naming the missing function ("Lab NN: implement ...")
+#                                                 (tools/grade.py NN --expect zero, every lab)
+# Environment (all optional):
+#   CI_LABS_BUILD   build directory root (default build/ci-labs); reference/ and skeleton/ under it
+#   CI_LABS_CMAKE   extra cmake arguments, e.g. "-DSCALELAB_CUDA=OFF -DSCALELAB_BUILD_BENCH=OFF"
+#   CI_LABS_JOBS    parallel build jobs (default: nproc)
+#   CI_LABS_ONLY    grade only these labs, e.g. "00 01" (default: every lab with graded tests)
+#   PYTHON          the interpreter (default python3; the tools need only the standard library)
+set -uo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${CI_LABS_BUILD:-$root/build/ci-labs}
+jobs=${CI_LABS_JOBS:-$(nproc)}
+py=${PYTHON:-python3}
+read -r -a cmake_extra <<< "${CI_LABS_CMAKE:-}"
+cmake_args=()
+for a in "${cmake_extra[@]}"; do cmake_args+=("--cmake-arg=$a"); done
+results=$build/results
+mkdir -p "$results"
+failures=()
+summary=()
+
+step() { printf '\n==== %s\n' "$*"; }
+
+step "1. labs/ in sync with reference/"
+if ! "$py" "$root/tools/labgen.py" --check; then
+  failures+=("labs/ is out of date: run python3 tools/labgen.py and commit labs/")
+fi
+
+# Every lab that has graded tests (tests/grading/*.json), or the ones asked for.
+if [[ -n "${CI_LABS_ONLY:-}" ]]; then
+  read -r -a labs <<< "$CI_LABS_ONLY"
+else
+  mapfile -t labs < <("$py" - "$root/tests/grading" <<'EOF'
+import json, pathlib, sys
+labs = set()
+for p in pathlib.Path(sys.argv[1]).glob("*.json"):
+    for t in json.loads(p.read_text()).get("tests", []):
+        labs.add(str(t["lab"]).zfill(2))
+print("\n".join(sorted(labs)))
+EOF
+)
+fi
+if [[ ${#labs[@]} -eq 0 ]]; then
+  echo "no graded tests in tests/grading: nothing to grade"
+fi
+
+step "2. the reference scores full marks (labs: ${labs[*]:-none})"
+for lab in "${labs[@]}"; do
+  if "$py" "$root/tools/grade.py" "$lab" --reference --build-dir "$build/reference" -j "$jobs" \
+       --results "$results/lab$lab-reference.json" --quiet --expect full "${cmake_args[@]}"; then
+    summary+=("lab $lab reference: full marks")
+  else
+    failures+=("lab $lab: the reference does not score full marks (see above)")
+    summary+=("lab $lab reference: NOT full marks")
+  fi
+done
+
+step "3a. the skeleton of every lab compiles (SCALELAB_LABS=all)"
+if cmake -S "$root" -B "$build/skeleton" -U "SCALELAB_LAB_DIR_*" -DSCALELAB_LABS=all -DSCALELAB_HIDDEN_TESTS= \
+     "${cmake_extra[@]}" \
+     > "$results/skeleton-configure.log" 2>&1 \
+   && cmake --build "$build/skeleton" -j "$jobs" > "$results/skeleton-build.log" 2>&1; then
+  summary+=("skeleton (all labs): compiles")
+  grep -E "warning:" "$results/skeleton-build.log" | sort -u | head -20 || true
+else
+  tail -60 "$results/skeleton-configure.log" "$results/skeleton-build.log" 2>/dev/null
+  failures+=("the skeleton with SCALELAB_LABS=all does not build (see $results/skeleton-build.log)")
+  summary+=("skeleton (all labs): DOES NOT BUILD")
+fi
+
+step "3b. each lab's skeleton scores zero, cleanly"
+for lab in "${labs[@]}"; do
+  # The same build directory, reconfigured with SCALELAB_LABS=<lab>: only the swapped files rebuild.
+  if "$py" "$root/tools/grade.py" "$lab" --build-dir "$build/skeleton" -j "$jobs" \
+       --results "$results/lab$lab-skeleton.json" --expect zero "${cmake_args[@]}"; then
+    summary+=("lab $lab skeleton: zero, every failure names 'Lab $lab: implement ...'")
+  else
+    failures+=("lab $lab: the skeleton does not score a clean zero (see above)")
+    summary+=("lab $lab skeleton: NOT a clean zero")
+  fi
+done
+
+step "summary"
+printf '  %s\n' "${summary[@]}"
+if [[ ${#failures[@]} -gt 0 ]]; then
+  echo "FAILED:"
+  printf '  %s\n' "${failures[@]}"
+  exit 1
+fi
+echo "labs CI passed (results.json files in $results)"
