@@ -1,6 +1,7 @@
 // scalelab: train a GPT stage by stage and measure what each technique costs.
 //   scalelab train ...   one training run (any combination of the stage features)
 //   scalelab ladder ...  every stage side by side on one config, with a comparison table
+//   scalelab tokenize    a text file to an llm.c token shard
 // main() is the only place that turns an error into an exit status: 2 for a bad setting
 // (the message names it and the fix), 1 for anything else.
 #include <cstdio>
@@ -14,6 +15,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   scalelab::cli::add_train_command(app);
   scalelab::cli::add_ladder_command(app);
+  scalelab::cli::add_tokenize_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -50,6 +50,19 @@ TEST_CASE("scalelab train rejects bad settings with exit status 2 and a message"
   }
 }
 
+TEST_CASE("scalelab tokenize writes a shard that training reads", "[cli]") {
+  const CliResult t = run_cli("tokenize /usr/share/common-licenses/GPL-3 /tmp/scalelab_gpl3.bin");
+  INFO(t.output);
+  REQUIRE(t.status == 0);
+  CHECK(t.output.find("wrote ") != std::string::npos);
+  const CliResult r = run_cli("train --steps 1 --batch 2 --seq-len 32 --data /tmp/scalelab_gpl3.bin");
+  INFO(r.output);
+  CHECK(r.status == 0);
+  const CliResult bad = run_cli("tokenize /no/such.txt /tmp/x.bin");
+  CHECK(bad.status == 2);
+  CHECK(bad.output.find("data: no such file '/no/such.txt'") != std::string::npos);
+}
+
 TEST_CASE("scalelab without a subcommand prints usage and fails", "[cli]") {
   const CliResult r = run_cli("");
   INFO(r.output);
