@@ -126,10 +126,15 @@ SafetensorsFile::SafetensorsFile(const std::string& path, const std::string& kin
   require(std::filesystem::exists(path, ec), where, "no such file", "check the path");
   require(!std::filesystem::is_directory(path, ec), where, "is a directory, not a file", "check the path");
   {
+    const auto size = std::filesystem::file_size(path, ec);
+    require(!ec, where, "cannot read the file size (" + ec.message() + ")", "check the path and its permissions");
     std::ifstream f(path, std::ios::binary);
     require(f.good(), where, "cannot open the file for reading", "check the path and its permissions");
-    bytes_.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-    require(!f.bad(), where, "reading the file failed", "check the disk");
+    bytes_.resize(static_cast<std::size_t>(size));
+    f.read(reinterpret_cast<char*>(bytes_.data()), static_cast<std::streamsize>(size));
+    require(static_cast<std::uintmax_t>(f.gcount()) == size, where,
+            "read only " + std::to_string(f.gcount()) + " of " + std::to_string(size) + " bytes",
+            "check the disk, or whether another program is writing the file");
   }
   const std::size_t file_size = bytes_.size();
   require(file_size >= 8, where,
