@@ -286,7 +286,7 @@ class WhereToLook:
         if not regions:
             return function
         r = regions[0]
-        return f"{function} in {r.student_file()} (handout {r.handout()}, section {r.section})"
+        return f"{function} in {r.student_file()} ({r.handout()}, section {r.section})"
 
 
 def signal_name(number: int) -> str:
@@ -359,7 +359,7 @@ def judge(test: GradedTest, run: RunResult, where: WhereToLook) -> Outcome:
             if not short:
                 short = stubs[0]
         if test.functions:
-            parts.append("Where to look: " + "; ".join(where.describe(f) for f in test.functions))
+            parts.append("Where to look:" + "".join("\n  - " + where.describe(f) for f in test.functions))
         if failures:
             f = failures[0]
             text = [f"First failure: {f.where}" + (f" in test case \"{f.test_case}\"" if f.test_case else "")]
