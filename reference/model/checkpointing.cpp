@@ -48,7 +48,7 @@ void GPTModel<F>::backward_blocks_checkpointed(const ParamView<F>& w, const Para
         ++attention_recomputes_;
       }
       const F* x = l == 0 ? acts_.encoded : acts_.blocks[l - 1].residual3;
-      block_backward(dres_, g.blocks[l], a, w.blocks[l], x, scratch_, B, T, C, NH);
+      block_backward_at(l, a, x, w, g);
     }
     // LAB 02 END
     return;
@@ -68,7 +68,7 @@ void GPTModel<F>::backward_blocks_checkpointed(const ParamView<F>& w, const Para
     }
     for (int l = last; l >= first; --l) {
       const F* x = l == first ? acts_.boundaries[seg] : acts_.blocks[l - first - 1].residual3;
-      block_backward(dres_, g.blocks[l], acts_.blocks[l - first], w.blocks[l], x, scratch_, B, T, C, NH);
+      block_backward_at(l, acts_.blocks[l - first], x, w, g);
     }
   }
   // LAB 02 END

@@ -40,7 +40,11 @@ template <typename F>
 GPTModel<F>::GPTModel(const GPTConfig& config, MemoryTracker* tracker)
     : config_(config), layout_((config.validate(), config)), tracker_(tracker),
       params_(layout_.num_params(), MemCategory::kParams, tracker),
-      grads_(layout_.num_params(), MemCategory::kGrads, tracker) {}
+      grads_(layout_.num_params(), MemCategory::kGrads, tracker) {
+  for (int l = 0; l < config_.num_layers; ++l)
+    block_offsets_.push_back(layout_.find("transformer.h." + std::to_string(l) + ".ln_1.weight").offset);
+  lnf_offset_ = layout_.find("transformer.ln_f.weight").offset;
+}
 
 template <typename F>
 void GPTModel<F>::init_weights(std::uint64_t seed) {
@@ -188,10 +192,12 @@ void GPTModel<F>::backward(F loss_scale) {
   backward_blocks(w, g);
   encoder_backward(g.wte, g.wpe, dres_, tokens_.data(), B, T, C);
   // LAB 00 END
+  notify_grads_ready(0);  // the embeddings (wte also got the LM head's gradient) are final
 }
 
 template <typename F>
 void GPTModel<F>::backward_blocks(const ParamView<F>& w, const ParamView<F>& g) {
+  notify_grads_ready(lnf_offset_);  // ln_f's gradients are final once its backward ran
   if (policy_.kind != CheckpointPolicy::Kind::kNone) {
     backward_blocks_checkpointed(w, g);
     return;
@@ -199,10 +205,17 @@ void GPTModel<F>::backward_blocks(const ParamView<F>& w, const ParamView<F>& g) 
   // LAB 00 BEGIN backward_blocks: section 4
   for (int l = config_.num_layers - 1; l >= 0; --l) {
     const F* x = l == 0 ? acts_.encoded : acts_.blocks[l - 1].residual3;
-    block_backward(dres_, g.blocks[l], acts_.blocks[l], w.blocks[l], x, scratch_, acts_.B, acts_.T, config_.channels,
-                   config_.num_heads);
+    block_backward_at(l, acts_.blocks[l], x, w, g);
   }
   // LAB 00 END
+}
+
+template <typename F>
+void GPTModel<F>::block_backward_at(int l, const BlockActs<F>& a, const F* x, const ParamView<F>& w,
+                                    const ParamView<F>& g) {
+  block_backward(dres_, g.blocks[l], a, w.blocks[l], x, scratch_, acts_.B, acts_.T, config_.channels,
+                 config_.num_heads);
+  notify_grads_ready(block_offsets_[l]);
 }
 
 template <typename F>

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/memory.hpp"
@@ -72,6 +73,12 @@ class GPTModel {
   void set_checkpoint_policy(const CheckpointPolicy& policy) { policy_ = policy; }
   const CheckpointPolicy& checkpoint_policy() const { return policy_; }
 
+  // Called during backward each time a suffix of the flat gradient buffer is final: with offset
+  // o, gradients [o, num_params) will not change again in this backward (ln_f first, then each
+  // block from the last, then the embeddings with o = 0). Data parallelism (stage 04) starts a
+  // bucket's all-reduce from here. An empty function turns it off.
+  void set_grad_ready_hook(std::function<void(std::size_t)> hook) { grad_ready_hook_ = std::move(hook); }
+
   // Work counters since construction: full block forwards (recompute included) and
   // attention-only recomputes (the selective policy).
   std::size_t block_forward_count() const { return block_forwards_; }
@@ -84,6 +91,11 @@ class GPTModel {
   void forward_blocks(const ParamView<F>& w);
   void backward_blocks(const ParamView<F>& w, const ParamView<F>& g);
   void forward_blocks_checkpointed(const ParamView<F>& w);
+  // block_backward for block l (whose input was x), then the grad-ready notification.
+  void block_backward_at(int l, const BlockActs<F>& a, const F* x, const ParamView<F>& w, const ParamView<F>& g);
+  void notify_grads_ready(std::size_t offset) {
+    if (grad_ready_hook_) grad_ready_hook_(offset);
+  }
   void backward_blocks_checkpointed(const ParamView<F>& w, const ParamView<F>& g);
 
   GPTConfig config_;
@@ -98,6 +110,9 @@ class GPTModel {
   F* dlogits_ = nullptr;  // (B,T,V)
   std::vector<int> tokens_, targets_;
   CheckpointPolicy policy_;
+  std::function<void(std::size_t)> grad_ready_hook_;
+  std::vector<std::size_t> block_offsets_;  // flat offset of each block's first parameter
+  std::size_t lnf_offset_ = 0;
   std::size_t block_forwards_ = 0;
   std::size_t attention_recomputes_ = 0;
 };
