@@ -9,6 +9,7 @@
 
 #include "compare.hpp"
 #include "core/error.hpp"
+#include "core/rng.hpp"
 #include "io/safetensors.hpp"
 #include "temp_files.hpp"
 
@@ -250,4 +251,38 @@ TEST_CASE("a failed safetensors write leaves no partial target file", "[io][safe
     CHECK_FALSE(f.has("x"));
     CHECK_FALSE(std::filesystem::exists(path + ".tmp"));
   }
+}
+
+TEST_CASE("safetensors reader survives random corruption: a ConfigError or a valid file, never a crash",
+          "[io][safetensors]") {
+  TempDir dir;
+  const std::string path = dir.file("fuzz.safetensors");
+  const float a[3] = {1, 2, 3};
+  const std::int32_t b[2] = {4, 5};
+  write_safetensors(path, {{"a", "F32", {3}, a}, {"b", "I32", {1, 2}, b}}, {{"k", "v"}});
+  const std::string good = read_bytes(path);
+  scalelab::Rng rng(12345);
+  int rejected = 0, accepted = 0, other = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::string bad = good;
+    if (i % 3 == 0) {
+      bad.resize(rng.below(good.size()));  // truncated anywhere
+    } else {
+      const int flips = 1 + static_cast<int>(rng.below(3));
+      for (int f = 0; f < flips; ++f) bad[rng.below(bad.size())] = static_cast<char>(rng.below(256));
+    }
+    write_bytes(path, bad);
+    try {
+      const SafetensorsFile f(path);
+      for (const auto& [name, e] : f.entries()) (void)f.raw(name);
+      ++accepted;
+    } catch (const ConfigError&) {
+      ++rejected;
+    } catch (...) {
+      ++other;
+    }
+  }
+  INFO(rejected << " rejected, " << accepted << " accepted (a flip inside tensor data is still a valid file)");
+  CHECK(other == 0);
+  CHECK(rejected > 1000);
 }
