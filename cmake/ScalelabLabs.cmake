@@ -69,26 +69,31 @@ function(scalelab_lab_sources out)
   set(${out} ${result} PARENT_SCOPE)
 endfunction()
 
-# Hidden tests: added after tests/ (deferred to the end of the top-level CMakeLists.txt), so
-# scalelab_add_test_binary and the scalelab targets exist when their CMakeLists.txt runs.
+# Hidden tests: read after tests/ (deferred to the end of the top-level CMakeLists.txt), so that
+# scalelab_add_test_binary and the scalelab targets exist. CMake forbids add_subdirectory in a
+# deferred call, so each directory's CMakeLists.txt is include()d: it must name its sources
+# relative to ${CMAKE_CURRENT_LIST_DIR} (see docs/instructors.md, "Hidden tests").
 set(SCALELAB_HIDDEN_TESTS "" CACHE STRING
     "Directories of extra (hidden) tests outside the repository, each with a CMakeLists.txt and *.json graded tests")
 function(scalelab_add_hidden_tests)
   if(NOT SCALELAB_BUILD_TESTS)
     return()
   endif()
-  set(index 0)
+  # The settings that tests/ defines for its test registration, read from that directory.
+  foreach(var SCALELAB_SKIP_RETURN_CODE SCALELAB_MPI_TEST_ENV)
+    get_directory_property(${var} DIRECTORY ${PROJECT_SOURCE_DIR}/tests DEFINITION ${var})
+  endforeach()
   foreach(dir IN LISTS SCALELAB_HIDDEN_TESTS)
     get_filename_component(dir "${dir}" ABSOLUTE)
     if(NOT EXISTS ${dir}/CMakeLists.txt)
       message(FATAL_ERROR "SCALELAB_HIDDEN_TESTS: ${dir} has no CMakeLists.txt. A hidden test directory holds a "
-                          "CMakeLists.txt that calls scalelab_add_test_binary, the test sources, and *.json "
-                          "graded tests (format: tests/grading/README.md).")
+                          "CMakeLists.txt that calls scalelab_add_test_binary with sources under "
+                          "\${CMAKE_CURRENT_LIST_DIR}, the test sources, and *.json graded tests "
+                          "(format: tests/grading/README.md).")
     endif()
     message(STATUS "scalelab: hidden tests from ${dir}")
-    add_subdirectory(${dir} ${PROJECT_BINARY_DIR}/hidden-tests/${index})
+    include(${dir}/CMakeLists.txt)
     scalelab_register_graded_tests(${dir})
-    math(EXPR index "${index} + 1")
   endforeach()
 endfunction()
 if(SCALELAB_HIDDEN_TESTS)
