@@ -1,0 +1,102 @@
+// Stage 03: one transformer block in mixed precision. The layer calls are model/block.cpp's, on
+// fp32 staging; after each call its outputs are rounded to half, because on a GPU each layer is a
+// kernel that reads half tensors, computes in fp32 (tensor cores accumulate in fp32) and writes
+// half tensors. The backward pass rounds the activation gradients the same way, and the
+// parameter gradients are added in fp32 to the widened half gradients and rounded once per block.
+#include "model/layers/attention.hpp"
+#include "model/layers/gelu.hpp"
+#include "model/layers/layernorm.hpp"
+#include "model/layers/matmul.hpp"
+#include "model/layers/residual.hpp"
+#include "precision/mixed_model.hpp"
+
+namespace scalelab {
+
+void MixedPrecisionModel::block_forward(int l, int slot, const std::uint16_t* x) {
+  const std::size_t NC = static_cast<std::size_t>(acts_.B) * acts_.T * config_.channels;
+  widen(stage_.x, x, NC);
+  widen_params(stage_.wblock, master_view_.blocks[l].ln1_w, block_params_);
+  block_forward_staged();
+  narrow(acts_.blocks[slot], stage_.acts_base, stage_.acts_count);
+  if (acts_.shared_att)
+    narrow(acts_.shared_att, stage_.acts.att,
+           static_cast<std::size_t>(config_.num_heads) * acts_.B * acts_.T * acts_.T);
+  ++block_forwards_;
+}
+
+void MixedPrecisionModel::block_backward(int l, int slot, const std::uint16_t* x) {
+  const int B = acts_.B, T = acts_.T, C = config_.channels, NH = config_.num_heads;
+  const std::size_t NC = static_cast<std::size_t>(B) * T * C, att = static_cast<std::size_t>(NH) * B * T * T;
+  widen(stage_.acts_base, acts_.blocks[slot], stage_.acts_count);
+  if (acts_.shared_att) {
+    if (l == config_.num_layers - 1) {  // the shared buffer still holds the last block's probabilities
+      widen(stage_.acts.att, acts_.shared_att, att);
+    } else {  // the selective policy: recompute them from the saved (half) qkv, exactly as forward did
+      attention_forward(stage_.scratch.proj, stage_.acts.att, stage_.acts.qkv, B, T, C, NH);
+      round(stage_.acts.att, att);
+      ++attention_recomputes_;
+    }
+  }
+  widen(stage_.x, x, NC);
+  widen_params(stage_.wblock, master_view_.blocks[l].ln1_w, block_params_);
+  widen_grads(stage_.gblock, master_view_.blocks[l].ln1_w, block_params_);
+  block_backward_staged();
+  store_grads(master_view_.blocks[l].ln1_w, stage_.gblock, block_params_);
+}
+
+void MixedPrecisionModel::block_forward_staged() {
+  BlockActs<float>& a = stage_.acts;
+  const BlockView<float>& w = stage_.w;
+  float* proj = stage_.scratch.proj;
+  const float* x = stage_.x;
+  const int B = acts_.B, T = acts_.T, C = config_.channels, NH = config_.num_heads, N = B * T;
+  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, N, C);
+  round(a.ln1, NC); round(a.ln1_mean, N); round(a.ln1_rstd, N);
+  matmul_forward(a.qkv, a.ln1, w.qkv_w, w.qkv_b, N, C, 3 * C);
+  round(a.qkv, 3 * NC);
+  attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
+  round(a.atty, NC); round(a.att, static_cast<std::size_t>(NH) * N * T);
+  matmul_forward(proj, a.atty, w.attproj_w, w.attproj_b, N, C, C);
+  round(proj, NC);
+  residual_forward(a.residual2, x, proj, NC);
+  round(a.residual2, NC);
+  layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_w, w.ln2_b, N, C);
+  round(a.ln2, NC); round(a.ln2_mean, N); round(a.ln2_rstd, N);
+  matmul_forward(a.fch, a.ln2, w.fc_w, w.fc_b, N, C, 4 * C);
+  round(a.fch, 4 * NC);
+  gelu_forward(a.fch_gelu, a.fch, 4 * NC);
+  round(a.fch_gelu, 4 * NC);
+  matmul_forward(proj, a.fch_gelu, w.fcproj_w, w.fcproj_b, N, 4 * C, C);
+  round(proj, NC);
+  residual_forward(a.residual3, a.residual2, proj, NC);
+  round(a.residual3, NC);
+}
+
+void MixedPrecisionModel::block_backward_staged() {
+  const BlockActs<float>& a = stage_.acts;
+  const BlockView<float>&w = stage_.w, &g = stage_.g;
+  BlockScratch<float>& s = stage_.scratch;
+  float* dres = stage_.dres;  // in: d loss / d block output; out: d loss / d block input
+  const float* x = stage_.x;
+  const int B = acts_.B, T = acts_.T, C = config_.channels, NH = config_.num_heads, N = B * T;
+  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  matmul_backward(s.dwide, g.fcproj_w, g.fcproj_b, dres, a.fch_gelu, w.fcproj_w, N, 4 * C, C);
+  round(s.dwide, 4 * NC);
+  gelu_backward(s.dwide, s.dwide, a.fch, 4 * NC);
+  round(s.dwide, 4 * NC);
+  matmul_backward(s.dbtc, g.fc_w, g.fc_b, s.dwide, a.ln2, w.fc_w, N, C, 4 * C);
+  round(s.dbtc, NC);
+  layernorm_backward(dres, g.ln2_w, g.ln2_b, s.dbtc, a.residual2, w.ln2_w, a.ln2_mean, a.ln2_rstd, N, C);
+  round(dres, NC);
+  matmul_backward(s.dbtc, g.attproj_w, g.attproj_b, dres, a.atty, w.attproj_w, N, C, C);
+  round(s.dbtc, NC);
+  attention_backward(s.dwide, s.dtt, s.dbtc, a.qkv, a.att, B, T, C, NH);  // dqkv (B,T,3C) in dwide
+  round(s.dwide, 3 * NC);
+  matmul_backward(s.dbtc, g.qkv_w, g.qkv_b, s.dwide, a.ln1, w.qkv_w, N, C, 3 * C);
+  round(s.dbtc, NC);
+  layernorm_backward(dres, g.ln1_w, g.ln1_b, s.dbtc, x, w.ln1_w, a.ln1_mean, a.ln1_rstd, N, C);
+  round(dres, NC);
+}
+
+}  // namespace scalelab

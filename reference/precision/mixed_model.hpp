@@ -1,0 +1,141 @@
+// Stage 03: the GPT trained in mixed precision, behind the trainer's TrainModel interface.
+//
+//   what                       stored as                         memory category   bytes/param
+//   parameters                 half (bf16 or fp16)               params            2
+//   gradients                  half, accumulated across calls    grads             2
+//   master weights             fp32                              optimizer         4
+//   AdamW m and v              fp32 (the trainer's AdamW)        optimizer         8
+//   saved activations          half                              activations       1/2 of fp32
+//
+// Every layer is computed as a tensor core computes it: its half inputs are widened to fp32
+// (exactly), the layer runs in fp32 (the fp32 layer functions of reference/model/layers), and
+// its outputs are rounded to half at the layer boundary. Layer outputs, activation gradients
+// and parameter gradients are all rounded that way. The fp32 staging buffers (one block's
+// activations, one block's weights and gradients, the head) are workspace.
+//
+// The optimizer step (precision/mixed_step.cpp) unscales the half gradients chunk by chunk,
+// skips the step on inf/NaN, updates the fp32 master weights and rounds them back to half.
+// Checkpoint policies (stage 02) and gradient accumulation (stage 01) work unchanged.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/memory.hpp"
+#include "model/block.hpp"
+#include "precision/half.hpp"
+#include "train/train_model.hpp"
+
+namespace scalelab {
+
+// Where the half activations live: the same pieces as Activations<F> (model/gpt.hpp). A block's
+// saved tensors are one contiguous range laid out like BlockActs<float> (assign_block_acts), so
+// a whole block widens to fp32 and narrows back with one conversion.
+struct HalfActivations {
+  int B = 0, T = 0;
+  CheckpointPolicy policy;
+  std::uint16_t* encoded;                  // (B,T,C)
+  std::vector<std::uint16_t*> blocks;      // start of each block slot (L, or one segment's worth)
+  std::uint16_t* shared_att = nullptr;     // (B,NH,T,T) the selective policy's shared probabilities
+  std::vector<std::uint16_t*> boundaries;  // segment inputs (B,T,C); [0] is `encoded`
+  std::uint16_t* final_input;              // (B,T,C)
+  std::uint16_t* lnf;                      // (B,T,C)
+  std::uint16_t* lnf_mean;                 // (B,T)
+  std::uint16_t* lnf_rstd;                 // (B,T)
+  std::uint16_t* probs;                    // (B,T,V)
+  std::uint16_t* losses;                   // (B,T)
+};
+
+class MixedPrecisionModel final : public TrainModel {
+ public:
+  // Allocates half parameters and gradients (zero) and the fp32 master weights (zero).
+  MixedPrecisionModel(const GPTConfig& config, HalfFormat format, MemoryTracker* tracker);
+
+  const GPTConfig& config() const override { return config_; }
+  const ParamLayout& layout() const override { return layout_; }
+  std::size_t num_params() const override { return layout_.num_params(); }
+  double forward(const int* tokens, const int* targets, int B, int T) override;
+  void backward(double loss_scale) override;
+  void zero_grad() override;
+  void set_checkpoint_policy(const CheckpointPolicy& policy) override { policy_ = policy; }
+  // The fp32 GPT-2 initialisation of model/gpt.hpp into the master weights, then rounded to half.
+  void init_weights(std::uint64_t seed) override;
+  const float* master_params() const override { return master_.data(); }
+  void set_master_params(const float* values) override;
+  StepOutcome optimizer_step(AdamW& optimizer, double lr, double grad_scale, double clip) override;
+  std::size_t block_forward_count() const override { return block_forwards_; }
+  std::string precision_name() const override { return half_format_name(format_); }
+
+  HalfFormat format() const { return format_; }
+  const std::uint16_t* half_params() const { return params_.data(); }
+  const std::uint16_t* half_grads() const { return grads_.data(); }
+  // The accumulated gradients widened to fp32 (num_params), still multiplied by the loss scale.
+  std::vector<float> grads_as_float() const;
+  std::size_t attention_recompute_count() const { return attention_recomputes_; }
+
+ private:
+  // fp32 staging (workspace): what one layer call reads and writes.
+  struct Staging {
+    BlockActs<float> acts{};       // one block's saved activations
+    float* acts_base = nullptr;    // start of `acts`: the same layout as a half block slot
+    std::size_t acts_count = 0;    // elements of a half block slot (without att when shared)
+    std::size_t residual3_offset = 0;
+    float *wblock, *gblock;        // one block's weights and gradients (block_params_ each)...
+    BlockView<float> w{}, g{};     // ...as named views
+    BlockScratch<float> scratch{};
+    float* x;                      // (B,T,C) a block's or ln_f's input; the encoder's output
+    float *lnf, *lnf_mean, *lnf_rstd, *losses;  // (B,T,C), (B,T), (B,T), (B,T)
+    float *logits, *dlogits;       // (B,T,V): logits, then probabilities; their gradient
+    float *dres, *dlnf;            // (B,T,C) gradients of the residual stream and of ln_f's output
+    float *wte, *wpe, *gwte, *gwpe;  // (V,C), (maxT,C): head weights and their gradients
+    float *lnf_w, *lnf_b, *glnf_w, *glnf_b;  // (C)
+  };
+
+  void ensure_buffers(int B, int T);
+  void assign_activations(int B, int T);
+  std::size_t offset_of(const float* master_ptr) const {
+    return static_cast<std::size_t>(master_ptr - master_.data());
+  }
+  // Widen n half parameters (or gradients) starting where `master_ptr` is in the master copy.
+  void widen_params(float* out, const float* master_ptr, std::size_t n) const;
+  void widen_grads(float* out, const float* master_ptr, std::size_t n) const;
+  // Round n fp32 gradients to half, into the gradients of the tensor at `master_ptr`.
+  void store_grads(const float* master_ptr, const float* in, std::size_t n);
+  // Round n fp32 values in place and store them as half at `out`: a layer boundary.
+  void narrow(std::uint16_t* out, float* in, std::size_t n) const;
+  void widen(float* out, const std::uint16_t* in, std::size_t n) const { half_to_float(out, in, n, format_); }
+  void round(float* x, std::size_t n) const { round_to_half(x, n, format_); }
+
+  // Blocks (precision/mixed_block.cpp): stage block l's inputs from half storage, compute with
+  // rounding at every layer boundary, store the results back.
+  void block_forward(int l, int slot, const std::uint16_t* x);
+  void block_backward(int l, int slot, const std::uint16_t* x);
+  void block_forward_staged();
+  void block_backward_staged();
+  std::uint16_t* block_output(int slot) const { return acts_.blocks[slot] + stage_.residual3_offset; }
+  // All blocks under the checkpoint policy (precision/mixed_model.cpp).
+  void forward_blocks();
+  void backward_blocks();
+  int segment_blocks() const;
+
+  GPTConfig config_;
+  ParamLayout layout_;
+  HalfFormat format_;
+  MemoryTracker* tracker_;
+  Buffer<std::uint16_t> params_, grads_;
+  Buffer<float> master_;
+  ParamView<float> master_view_;  // named views into master_, and through offset_of() into the rest
+  std::size_t block_params_ = 0;  // parameters of one block (contiguous in the layout)
+  Buffer<std::uint16_t> act_buffer_;
+  Buffer<float> weight_stage_;  // fp32 staging of weights and gradients (workspace, fixed size)
+  Buffer<float> stage_buffer_;  // fp32 staging of activations (workspace, sized by B and T)
+  Buffer<float> chunk_;         // the optimizer step's fp32 gradient chunk (workspace)
+  HalfActivations acts_;
+  Staging stage_;
+  std::vector<int> tokens_, targets_;
+  CheckpointPolicy policy_;
+  std::size_t block_forwards_ = 0;
+  std::size_t attention_recomputes_ = 0;
+};
+
+}  // namespace scalelab

@@ -1,0 +1,60 @@
+// Stage 03: the optimizer step of mixed precision. The gradients are half and carry the loss
+// scale; the optimizer updates the fp32 master weights. One step:
+//   1. widen the half gradients chunk by chunk, multiply by grad_scale (1/loss_scale), and sum
+//      their squares: the norm of the unscaled gradients; inf or NaN anywhere makes it non-finite
+//      and the step is skipped before anything has changed (the loss scaler then halves the scale);
+//   2. clip (optional) with PyTorch's coefficient max_norm / (norm + 1e-6);
+//   3. AdamW on the master weights, chunk by chunk (AdamW::begin_step once, then update_range);
+//   4. round each updated master chunk to half: the parameters the next forward uses.
+// Only one chunk of fp32 gradients exists at a time, never a full fp32 copy. The arithmetic on
+// each gradient (g * s, then * coef) is the fp32 model's (train/fp32_model.cpp).
+#include <algorithm>
+#include <cmath>
+
+#include "precision/mixed_model.hpp"
+
+namespace scalelab {
+
+TrainModel::StepOutcome MixedPrecisionModel::optimizer_step(AdamW& optimizer, double lr, double grad_scale,
+                                                            double clip) {
+  StepOutcome out;
+  const std::size_t n = num_params(), chunk = chunk_.size();
+  float* g = chunk_.data();  // (chunk) fp32 gradients of the current range
+  float* master = master_.data();
+  const std::uint16_t* half_grads = grads_.data();
+  std::uint16_t* half_params = params_.data();
+  // LAB 03 BEGIN mixed_optimizer_step: section 5
+  const float scale = static_cast<float>(grad_scale);
+  auto unscale = [&](std::size_t offset, std::size_t count) {
+    half_to_float(g, half_grads + offset, count, format_);
+    if (scale != 1.0f)
+      for (std::size_t i = 0; i < count; ++i) g[i] *= scale;
+  };
+  double sum_squares = 0;
+  for (std::size_t offset = 0; offset < n; offset += chunk) {
+    const std::size_t count = std::min(chunk, n - offset);
+    unscale(offset, count);
+    for (std::size_t i = 0; i < count; ++i) sum_squares += static_cast<double>(g[i]) * g[i];
+  }
+  out.grad_norm = std::sqrt(sum_squares);
+  if (!std::isfinite(out.grad_norm)) {  // inf/NaN: skip, with parameters and Adam state untouched
+    out.skipped = true;
+    return out;
+  }
+  const double coef = clip > 0 ? clip / (out.grad_norm + 1e-6) : 1.0;
+  optimizer.begin_step();
+  for (std::size_t offset = 0; offset < n; offset += chunk) {
+    const std::size_t count = std::min(chunk, n - offset);
+    unscale(offset, count);
+    if (coef < 1.0) {
+      const float c = static_cast<float>(coef);
+      for (std::size_t i = 0; i < count; ++i) g[i] *= c;
+    }
+    optimizer.update_range(master + offset, g, offset, count, lr);
+    float_to_half(half_params + offset, master + offset, count, format_);
+  }
+  // LAB 03 END
+  return out;
+}
+
+}  // namespace scalelab
