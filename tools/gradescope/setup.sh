@@ -6,7 +6,8 @@
 # on Gradescope's Ubuntu 22.04 image CMake is 3.22 (see docs/instructors.md for the options).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
-src=/autograder/source
+ag=${AUTOGRADER_ROOT:-/autograder}   # overridable, to try the scripts outside Gradescope
+src=$ag/source
 # shellcheck disable=SC1091
 source "$src/gradescope.conf"   # LAB, CMAKE_ARGS
 
@@ -30,7 +31,7 @@ fi
 # student's files (the grader stages them at the same path) and relinks the test binaries.
 empty=$(mktemp -d)
 # shellcheck disable=SC2086
-python3 "$src/tools/grade.py" "$LAB" --student-dir "$empty" --build-dir /autograder/build \
+python3 "$src/tools/grade.py" "$LAB" --student-dir "$empty" --build-dir "$ag/build" \
   --results /tmp/setup-results.json --quiet $CMAKE_ARGS \
   $( [[ -d "$src/hidden-tests" ]] && echo --hidden-tests "$src/hidden-tests" ) || true
 rmdir "$empty"
