@@ -207,38 +207,77 @@ CATCH_SIGNAL_RE = re.compile(r"due to a fatal error condition:\s*\n\s*(SIG[A-Z]+
 
 @dataclasses.dataclass
 class Failure:
-    where: str        # file:line of the assertion
+    where: str            # file:line of the assertion
     test_case: str
-    lines: list[str]  # the expression, its expansion and messages
+    lines: list[str]      # the expression and its expansion, as Catch2 printed them
+    messages: list[str]   # the INFO/exception messages, with Catch2's line wrapping undone
+
+    def render(self, max_lines: int = 20) -> list[str]:
+        out = ["  " + ln for ln in self.lines[:max_lines]]
+        out += ["  | " + m for m in self.messages]
+        return out
+
+
+SEPARATOR_RE = re.compile(r"^-{20,}$")
+MESSAGE_HEAD_RE = re.compile(r"^(with messages?:|due to unexpected exception with messages?:|"
+                             r"due to a fatal error condition:)\s*$")
+
+
+def unwrap(lines: list[str], width: int) -> list[str]:
+    """Catch2 wraps every message at the console width, with the same indentation as the message
+    itself, so a line that reached (nearly) the width continues on the next line. Rejoins them:
+    after a break at a space, with a space; after a break at punctuation ('0.' + '5'), without."""
+    messages: list[str] = []
+    wrapped = False
+    for ln in lines:
+        text = ln.strip()
+        if messages and wrapped:
+            glue = "" if messages[-1][-1:] in ".,:;-/([{=" and text[:1].isalnum() else " "
+            messages[-1] += glue + text
+        else:
+            messages.append(text)
+        wrapped = width - 12 <= len(ln.rstrip()) <= width
+    return messages
 
 
 def parse_failures(output: str) -> list[Failure]:
     failures: list[Failure] = []
     lines = output.splitlines()
+    width = next((len(ln) for ln in lines if SEPARATOR_RE.match(ln)), 79)  # Catch2's console width - 1
     test_case = ""
     i = 0
     while i < len(lines):
         line = lines[i]
-        if re.match(r"^-{20,}$", line):  # a test case header: dashes, the name (and sections), dashes
+        if SEPARATOR_RE.match(line):  # a test case header: dashes, the name (and sections), dashes
             j = i + 1
             names = []
-            while j < len(lines) and not re.match(r"^-{20,}$", lines[j]) and j - i < 6:
+            while j < len(lines) and not SEPARATOR_RE.match(lines[j]) and j - i < 6:
                 names.append(lines[j].strip())
                 j += 1
-            if j < len(lines) and re.match(r"^-{20,}$", lines[j]):
+            if j < len(lines) and SEPARATOR_RE.match(lines[j]):
                 test_case = " / ".join(n for n in names if n)
                 i = j + 1
                 continue
         m = FAILED_AT_RE.match(line)
         if m:
-            body = []
+            body: list[str] = []
+            message_lines: list[str] = []
             j = i + 1
+            in_messages = False
             while j < len(lines) and lines[j].strip() and not FAILED_AT_RE.match(lines[j]) \
                     and not re.match(r"^[-=.]{20,}$", lines[j]):
-                body.append(lines[j].rstrip())
+                ln = lines[j].rstrip()
+                if MESSAGE_HEAD_RE.match(ln):
+                    in_messages = True
+                elif in_messages and ln.startswith(" "):
+                    message_lines.append(ln)
+                else:
+                    in_messages = False
+                    body.append(ln)
                 j += 1
             where = f"{shorten_path(m.group(1))}:{m.group(2)}"
-            failures.append(Failure(where=where, test_case=test_case, lines=body))
+            failures.append(Failure(where=where, test_case=test_case, lines=body,
+                                    messages=unwrap(message_lines, width)))
             i = j
             continue
         i += 1
@@ -363,7 +402,7 @@ def judge(test: GradedTest, run: RunResult, where: WhereToLook) -> Outcome:
         if failures:
             f = failures[0]
             text = [f"First failure: {f.where}" + (f" in test case \"{f.test_case}\"" if f.test_case else "")]
-            text += ["  " + ln for ln in f.lines[:20]]
+            text += f.render()
             if len(failures) > 1:
                 text.append(f"  (and {len(failures) - 1} more failed assertion(s); see the output below)")
             parts.append("\n".join(text))
@@ -379,19 +418,14 @@ def judge(test: GradedTest, run: RunResult, where: WhereToLook) -> Outcome:
 
 
 def first_message(f: Failure) -> str:
-    """The most telling line of a failure: the message under 'with message:' if any (Catch2 wraps
-    it at 80 columns with the same indentation, so the indented lines are joined again)."""
-    for i, ln in enumerate(f.lines):
-        if ln.startswith("with message") or ln.startswith("due to unexpected exception"):
-            pieces = []
-            for follow in f.lines[i + 1:]:
-                if not follow.startswith(" "):
-                    break
-                pieces.append(follow.strip())
-                if ln.startswith("with messages"):  # several messages: only the first line is sure
-                    break
-            if pieces:
-                return " ".join(pieces)
+    """The most telling line of a failure for the table: a comparison's MISMATCH message, else a
+    message with the values, else the last message, else the failed expression."""
+    for wanted in ("MISMATCH", "got", "expected"):
+        chosen = [m for m in f.messages if wanted in m]
+        if chosen:
+            return chosen[0]
+    if f.messages:
+        return f.messages[-1]
     return f.lines[0].strip() if f.lines else ""
 
 

@@ -281,6 +281,46 @@ class GraderBuild(unittest.TestCase):
         self.assertIn("BUILD FAILED", p.stdout)
 
 
+WRAPPED = """-------------------------------------------------------------------------------
+oracle: every parameter gradient matches PyTorch autograd
+-------------------------------------------------------------------------------
+/src/tests/oracle/test_oracle.cpp:200
+...............................................................................
+
+/src/tests/oracle/test_oracle.cpp:94: FAILED:
+  CHECK( _c.ok )
+with expansion:
+  false
+with messages:
+  tolerance |got - ref| <= 1e-5 * max|ref| + 1e-8 = 1.63392e-06 (max|ref| = 0.
+  162392)
+  gradient transformer.wpe.weight: MISMATCH over 512 elements; max abs err 0.
+  056332, max rel err 81.9003; 512 outside tolerance, first at index 0: got -0.
+  0680538, expected -0.0733551
+
+===============================================================================
+test cases: 1 | 1 failed
+"""
+
+
+class CatchParsing(unittest.TestCase):
+    """Catch2 wraps messages at 80 columns; the grader joins them again for the hint."""
+
+    def test_unwraps_messages(self):
+        sys.path.insert(0, str(ROOT / "tools"))
+        import grade
+        failures = grade.parse_failures(WRAPPED)
+        self.assertEqual(len(failures), 1)
+        f = failures[0]
+        self.assertEqual(f.where, "/src/tests/oracle/test_oracle.cpp:94")
+        self.assertEqual(f.test_case, "oracle: every parameter gradient matches PyTorch autograd")
+        self.assertEqual(f.messages, [
+            "tolerance |got - ref| <= 1e-5 * max|ref| + 1e-8 = 1.63392e-06 (max|ref| = 0.162392)",
+            "gradient transformer.wpe.weight: MISMATCH over 512 elements; max abs err 0.056332, max rel err "
+            "81.9003; 512 outside tolerance, first at index 0: got -0.0680538, expected -0.0733551"])
+        self.assertTrue(grade.first_message(f).startswith("gradient transformer.wpe.weight: MISMATCH"))
+
+
 class StudentFiles(unittest.TestCase):
     """A submission's files are found by path or by a unique name; others are ignored."""
 
