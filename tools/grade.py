@@ -474,7 +474,7 @@ ERROR_LINE_RE = re.compile(r"(error:|fatal error|undefined reference|CMake Error
                            r"multiple definition|ld returned)", re.I)
 
 
-def compiler_errors(log: str, source_root: Path, max_chars: int = 16000) -> str:
+def compiler_errors(log: str, source_root: Path, max_chars: int = 16000, renames: dict[str, str] | None = None) -> str:
     """The error lines of a build log with a little context (the notes and carets that follow)."""
     lines = log.splitlines()
     keep: list[int] = []
@@ -490,7 +490,10 @@ def compiler_errors(log: str, source_root: Path, max_chars: int = 16000) -> str:
                 chosen.append("...")
             chosen.append(lines[i])
             last = i
-    text = "\n".join(chosen).replace(str(source_root) + os.sep, "")
+    text = "\n".join(chosen)
+    for long, short in (renames or {}).items():  # the staged submission reads as the student's lab folder
+        text = text.replace(long, short)
+    text = text.replace(str(source_root) + os.sep, "")
     if len(text) > max_chars:
         text = text[:max_chars] + "\n[... more errors left out ...]"
     return text
@@ -731,7 +734,8 @@ def main(argv: list[str] | None = None) -> int:
         result = build(source, build_dir, defs, args.cmake_arg, sorted({t.binary for t in tests}), args.jobs,
                        args.build_timeout)
         if not result.ok:
-            build_failed = compiler_errors(result.log, source)
+            renames = {str(build_dir / f"student-lab{lab}") + os.sep: f"labs/{labgen.LAB_DIRS[lab]}/"}
+            build_failed = compiler_errors(result.log, source, renames=renames)
         binaries = result.binaries
 
     mpiexec = args.mpiexec or cmake_cache_value(build_dir, "MPIEXEC_EXECUTABLE") or shutil.which("mpiexec")

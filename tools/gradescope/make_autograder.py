@@ -25,13 +25,18 @@ import labgen  # noqa: E402
 
 
 def tracked_files(root: Path) -> list[str]:
+    """The committed files when root is the top of a git checkout, else every file but build output."""
     try:
-        out = subprocess.run(["git", "-C", str(root), "ls-files", "-z"], capture_output=True, check=True).stdout
-        return sorted(f for f in out.decode().split("\0") if f)
+        top = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel"], capture_output=True,
+                             check=True, text=True).stdout.strip()
+        if Path(top).resolve() == root.resolve():
+            out = subprocess.run(["git", "-C", str(root), "ls-files", "-z"], capture_output=True, check=True).stdout
+            return sorted(f for f in out.decode().split("\0") if f)
     except (OSError, subprocess.CalledProcessError):
-        skip = {".git", "build", "out", "__pycache__"}
-        return sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
-                      if p.is_file() and not skip.intersection(p.relative_to(root).parts))
+        pass
+    skip = {".git", "build", "out", "__pycache__"}
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
+                  if p.is_file() and not skip.intersection(p.relative_to(root).parts))
 
 
 def add_file(zf: zipfile.ZipFile, path: Path, arcname: str) -> None:
