@@ -16,9 +16,10 @@ double median(std::vector<double> v) {
 }
 }  // namespace
 
-RunSummary run_training(const TrainOptions& options, const RunOutput& out) {
+RunSummary run_training(const TrainOptions& options, const RunOutput& out, const DataParallelRun* dp) {
   MemoryTracker tracker;
   Trainer trainer(options, &tracker);
+  if (dp) trainer.enable_data_parallel(*dp->comm, dp->ddp);
   MetricsWriter metrics = options.metrics.empty() ? MetricsWriter() : MetricsWriter(options.metrics);
   RunSummary summary;
   summary.num_params = trainer.model().num_params();
@@ -29,15 +30,31 @@ RunSummary run_training(const TrainOptions& options, const RunOutput& out) {
                 out.label.c_str(), c.name.c_str(), c.vocab_size, trainer.seq_len(), c.channels, c.num_layers,
                 c.num_heads, summary.num_params, options.batch, trainer.seq_len(), options.precision.c_str(),
                 options.grad_accum, options.checkpoint.describe().c_str());
-  std::vector<double> rates;
+  if (dp && out.progress)
+    std::printf("%sdata parallel: %d ranks x %d rows, %s, %zu buckets, all-reduce %s\n", out.label.c_str(),
+                dp->comm->size(), options.batch / dp->comm->size(),
+                dp->ddp.mode == DdpOptions::Mode::kNaive ? "naive (one all-reduce per tensor after backward)"
+                                                         : "bucketed (overlapped with backward)",
+                trainer.data_parallel()->bucket_ranges().size(),
+                dp->ddp.algorithm == DdpOptions::Algorithm::kRing ? "ring (ours)" : "builtin");
+  std::vector<double> rates, hidden, comm_bytes;
   const long first = trainer.steps_done();
   for (int i = 0; i < options.steps; ++i) {
     const StepStats s = trainer.step();
     summary.losses.push_back(s.loss);
-    if (i > 0 || options.steps == 1) rates.push_back(s.tokens_per_s);  // the first step allocates
+    if (i > 0 || options.steps == 1) {  // the first step allocates
+      rates.push_back(s.tokens_per_s);
+      hidden.push_back(s.comm_hidden_fraction);
+      comm_bytes.push_back(static_cast<double>(s.comm_bytes_sent));
+    }
     nlohmann::json rec = {{"step", s.step},       {"loss", s.loss},           {"grad_norm", s.grad_norm},
                           {"ms", s.seconds * 1e3}, {"tokens_per_s", s.tokens_per_s}, {"skipped", s.skipped},
                           {"loss_scale", s.loss_scale}};
+    if (dp) {
+      rec["comm_hidden_fraction"] = s.comm_hidden_fraction;
+      rec["comm_seconds"] = s.comm_seconds;
+      rec["comm_bytes_sent"] = s.comm_bytes_sent;
+    }
     const bool last = i + 1 == options.steps;
     double val = -1;
     if ((options.val_every > 0 && s.step % options.val_every == 0) || last) {
@@ -52,14 +69,28 @@ RunSummary run_training(const TrainOptions& options, const RunOutput& out) {
     if (out.progress && (i == 0 || last || (s.step - first) % out.log_every == 0)) {
       std::printf("%sstep %5ld/%ld | loss %.4f", out.label.c_str(), s.step, first + options.steps, s.loss);
       if (val >= 0) std::printf(" | val %.4f", val);
-      std::printf(" | %7.0f tok/s | %6.1f GFLOP/s | %6.0f ms | peak %.1f MiB%s\n", s.tokens_per_s,
-                  s.tokens_per_s * trainer.flops_per_token() / 1e9, s.seconds * 1e3, tracker.peak_total() / 1048576.0,
-                  s.skipped ? " | skipped (inf/NaN), scale lowered" : "");
+      std::printf(" | %7.0f tok/s | %6.1f GFLOP/s | %6.0f ms | peak %.1f MiB", s.tokens_per_s,
+                  s.tokens_per_s * trainer.flops_per_token() / 1e9, s.seconds * 1e3, tracker.peak_total() / 1048576.0);
+      if (dp)
+        std::printf(" | all-reduce %.1f MB, %.0f ms, %.0f%% hidden", s.comm_bytes_sent / 1e6, s.comm_seconds * 1e3,
+                    100 * s.comm_hidden_fraction);
+      std::printf("%s\n", s.skipped ? " | skipped (inf/NaN), scale lowered" : "");
       std::fflush(stdout);
     }
     if (last) summary.final_val_loss = val;
   }
   summary.tokens_per_s = median(rates);
+  if (!hidden.empty()) {
+    for (double h : hidden) summary.comm_hidden_fraction += h / hidden.size();
+    for (double b : comm_bytes) summary.comm_bytes_per_step += b / comm_bytes.size();
+  }
+  if (dp && !dp->trace.empty()) {
+    std::string path = dp->trace;
+    const std::size_t dot = path.rfind(".json");
+    path = (dot == std::string::npos ? path : path.substr(0, dot)) + ".rank" + std::to_string(dp->comm->rank()) + ".json";
+    trainer.data_parallel()->timeline().write_chrome_trace(path, dp->comm->rank());
+    if (out.progress) std::printf("%swrote the last step's timeline: %s (one file per rank)\n", out.label.c_str(), path.c_str());
+  }
   summary.gflops = summary.tokens_per_s * trainer.flops_per_token() / 1e9;
   for (int k = 0; k < kMemCategoryCount; ++k) summary.peak_bytes[k] = tracker.peak(static_cast<MemCategory>(k));
   summary.block_forwards = trainer.model().block_forward_count();

@@ -22,6 +22,8 @@ struct RunSummary {
   std::size_t num_params = 0;
   std::size_t block_forwards = 0;
   std::vector<float> final_params;  // for comparisons between stages
+  double comm_hidden_fraction = 0;  // stage 04: mean over the steps after the first
+  double comm_bytes_per_step = 0;   // sent by this rank
 };
 
 struct RunOutput {
@@ -30,6 +32,13 @@ struct RunOutput {
   std::string label;     // prefixed to progress lines (the ladder's stage name)
 };
 
-RunSummary run_training(const TrainOptions& options, const RunOutput& out);
+// Stage 04: train as one data-parallel replica of `comm` (every rank calls run_training).
+struct DataParallelRun {
+  Communicator* comm = nullptr;
+  DdpOptions ddp;
+  std::string trace;  // Chrome trace of the last step, one file per rank (".rankN.json")
+};
+
+RunSummary run_training(const TrainOptions& options, const RunOutput& out, const DataParallelRun* dp = nullptr);
 
 }  // namespace scalelab::cli

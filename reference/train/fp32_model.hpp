@@ -25,6 +25,10 @@ class Fp32TrainModel final : public TrainModel {
   const float* master_params() const override { return gpt_.params(); }
   void set_master_params(const float* values) override;
   StepOutcome optimizer_step(AdamW& optimizer, double lr, double grad_scale, double clip) override;
+  float* fp32_grads() override { return gpt_.grads(); }
+  void set_grad_ready_hook(std::function<void(std::size_t)> hook) override {
+    gpt_.set_grad_ready_hook(std::move(hook));
+  }
   std::size_t block_forward_count() const override { return gpt_.block_forward_count(); }
   std::string precision_name() const override { return "fp32"; }
 

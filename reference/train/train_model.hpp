@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "model/checkpoint_policy.hpp"
@@ -42,6 +43,11 @@ class TrainModel {
     double grad_norm = 0;  // of the unscaled gradients, before clipping
   };
   virtual StepOutcome optimizer_step(AdamW& optimizer, double lr, double grad_scale, double clip) = 0;
+  // Stage 04: the gradient buffer as fp32 (data parallelism all-reduces it in place) and the
+  // model's grad-ready notifications (GPTModel::set_grad_ready_hook). A model that cannot offer
+  // them throws ConfigError naming the setting.
+  virtual float* fp32_grads();
+  virtual void set_grad_ready_hook(std::function<void(std::size_t)> hook);
   // Number of block forwards since construction (stage 02 counts the recompute).
   virtual std::size_t block_forward_count() const = 0;
   virtual std::string precision_name() const = 0;

@@ -79,14 +79,53 @@ Trainer::Trainer(const TrainOptions& options, MemoryTracker* tracker) : options_
 
 Trainer::~Trainer() = default;
 
+void Trainer::enable_data_parallel(Communicator& comm, const DdpOptions& ddp) {
+  const int d = comm.size();
+  require(options_.batch % (d * options_.grad_accum) == 0, "batch",
+          std::to_string(options_.batch) + " rows do not split into " + std::to_string(d) + " ranks x " +
+              std::to_string(options_.grad_accum) + " micro-batches",
+          "choose --batch divisible by (ranks x --grad-accum) = " + std::to_string(d * options_.grad_accum));
+  const GPTConfig& c = model_->config();
+  const std::string description =
+      "config " + c.name + " (V=" + std::to_string(c.vocab_size) + " T=" + std::to_string(T_) +
+      " C=" + std::to_string(c.channels) + " L=" + std::to_string(c.num_layers) + " NH=" + std::to_string(c.num_heads) +
+      "), seed " + std::to_string(options_.seed) + ", batch " + std::to_string(options_.batch) + ", grad-accum " +
+      std::to_string(options_.grad_accum) + ", precision " + options_.precision + ", " +
+      std::to_string(data_.train.size() + data_.val.size()) + " tokens";
+  check_replicas_agree(comm, description);
+  // Like PyTorch's DDP: rank 0's parameters are the starting point of every replica.
+  std::vector<float> p(model_->master_params(), model_->master_params() + model_->num_params());
+  comm.broadcast(p.data(), p.size(), 0);
+  model_->set_master_params(p.data());
+  dp_comm_ = &comm;
+  ddp_ = std::make_unique<DataParallel>(comm, *model_, ddp);
+}
+
 StepStats Trainer::step() {
   const auto t0 = std::chrono::steady_clock::now();
   StepStats s;
   model_->zero_grad();
-  train_loader_->next_batch(inputs_.data(), targets_.data());
+  train_loader_->next_batch(inputs_.data(), targets_.data());  // the global batch, alike on every rank
   s.loss_scale = scaler_.loss_scale();
-  s.loss = accumulate_gradients(*model_, inputs_.data(), targets_.data(), options_.batch, T_, options_.grad_accum,
-                                s.loss_scale);
+  if (ddp_) {
+    const int d = dp_comm_->size(), local = options_.batch / d;
+    const std::size_t offset = static_cast<std::size_t>(dp_comm_->rank()) * local * T_;
+    const CommStats before = dp_comm_->stats();
+    ddp_->begin_step(options_.grad_accum);
+    // Scaling each rank's loss by 1/d makes the sum over ranks the gradient of the mean loss.
+    s.loss = accumulate_gradients(*model_, inputs_.data() + offset, targets_.data() + offset, local, T_,
+                                  options_.grad_accum, s.loss_scale / d);
+    const DdpStepReport report = ddp_->finish_step();
+    s.comm_hidden_fraction = report.hidden_fraction;
+    s.comm_seconds = report.comm_seconds;
+    for (CommOp op : {CommOp::kAllReduce, CommOp::kRingAllReduce})
+      s.comm_bytes_sent += dp_comm_->stats()[op].bytes_sent - before[op].bytes_sent;
+    dp_comm_->all_reduce(&s.loss, 1);  // the mean loss over the whole batch, for the report
+    s.loss /= d;
+  } else {
+    s.loss = accumulate_gradients(*model_, inputs_.data(), targets_.data(), options_.batch, T_, options_.grad_accum,
+                                  s.loss_scale);
+  }
   const auto outcome = model_->optimizer_step(*optimizer_, options_.adamw.lr, 1.0 / s.loss_scale,
                                               options_.adamw.grad_clip);
   scaler_.update(outcome.skipped);

@@ -10,6 +10,7 @@
 
 #include "core/memory.hpp"
 #include "data/loader.hpp"
+#include "dist/ddp.hpp"
 #include "io/checkpoint.hpp"
 #include "model/checkpoint_policy.hpp"
 #include "optim/adamw.hpp"
@@ -50,6 +51,10 @@ struct StepStats {
   double loss_scale = 1;
   double seconds = 0;
   double tokens_per_s = 0;
+  // Stage 04, data parallelism (zero without it):
+  double comm_hidden_fraction = 0;  // of the all-reduce time that overlapped backward
+  double comm_seconds = 0;
+  std::uint64_t comm_bytes_sent = 0;  // by this rank during the step
 };
 
 class Trainer {
@@ -57,6 +62,12 @@ class Trainer {
   // Builds the model and optimizer, loads data, weights or a checkpoint, as the options say.
   Trainer(const TrainOptions& options, MemoryTracker* tracker);
   ~Trainer();
+
+  // Stage 04: from now on train as one of comm.size() data-parallel replicas (collective:
+  // every rank calls it). Checks that every rank was started alike, then copies rank 0's
+  // parameters to all. Each rank then trains on its B/d rows of every batch.
+  void enable_data_parallel(Communicator& comm, const DdpOptions& ddp);
+  DataParallel* data_parallel() { return ddp_.get(); }
 
   StepStats step();
   // Mean loss over the first val_batches fixed validation batches of `batch` rows (forward only).
@@ -87,6 +98,8 @@ class Trainer {
   TokenSplit data_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   std::vector<int> inputs_, targets_;
+  Communicator* dp_comm_ = nullptr;
+  std::unique_ptr<DataParallel> ddp_;
 };
 
 // Builds the model for a precision ("fp32", "bf16", "fp16"); ConfigError for anything else.

@@ -5,12 +5,19 @@
 #include "core/memory.hpp"
 #include "model/gpt.hpp"
 #include "optim/adamw.hpp"
+#include "train/accumulate.hpp"
+#include "train/fp32_model.hpp"
 #include "train/trainer.hpp"
 
 namespace prior {
 
 StepResult stage00_step(const ModelShape& s, std::uint64_t seed, const std::vector<int>& tokens,
                         const std::vector<int>& targets, int B, int T) {
+  return stage01_step(s, seed, tokens, targets, B, T, 1);
+}
+
+StepResult stage01_step(const ModelShape& s, std::uint64_t seed, const std::vector<int>& tokens,
+                        const std::vector<int>& targets, int B, int T, int k) {
   scalelab::GPTConfig c;
   c.name = "prior";
   c.vocab_size = s.V;
@@ -19,17 +26,18 @@ StepResult stage00_step(const ModelShape& s, std::uint64_t seed, const std::vect
   c.num_layers = s.L;
   c.num_heads = s.NH;
   scalelab::MemoryTracker tracker;
-  scalelab::GPT model(c, &tracker);
+  scalelab::Fp32TrainModel model(c, &tracker);
   model.init_weights(seed);
+  model.zero_grad();
   StepResult r;
-  r.loss = model.forward(tokens.data(), targets.data(), B, T);
-  model.backward();
-  r.grads.assign(model.grads(), model.grads() + model.num_params());
+  r.loss = scalelab::accumulate_gradients(model, tokens.data(), targets.data(), B, T, k);
+  const float* g = model.gpt().grads();
+  r.grads.assign(g, g + model.num_params());
   scalelab::AdamWConfig ac;
   ac.lr = 1e-3;
   scalelab::AdamW opt(model.num_params(), ac, &tracker);
-  opt.step(model.params(), model.grads());
-  r.params_after.assign(model.params(), model.params() + model.num_params());
+  opt.step(model.gpt().params(), model.gpt().grads());
+  r.params_after.assign(model.gpt().params(), model.gpt().params() + model.num_params());
   return r;
 }
 

@@ -23,6 +23,9 @@ struct StepResult {
 // Stage 00: one forward + backward over the whole batch (B,T), then one AdamW step.
 StepResult stage00_step(const ModelShape& shape, std::uint64_t seed, const std::vector<int>& tokens,
                         const std::vector<int>& targets, int B, int T);
+// Stage 01: the same batch as k micro-batches (k = 1 is stage 00).
+StepResult stage01_step(const ModelShape& shape, std::uint64_t seed, const std::vector<int>& tokens,
+                        const std::vector<int>& targets, int B, int T, int k);
 
 // Stage 00 trained for `steps` steps by the reference trainer; returns the loss per step and
 // the final parameters. `data` is a text file (empty: the default corpus).

@@ -1,0 +1,68 @@
+// Timeline recording and Chrome trace output.
+#include "dist/timeline.hpp"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "io/atomic_file.hpp"
+
+namespace scalelab {
+
+Timeline::Timeline() : origin_(std::chrono::steady_clock::now()) {}
+
+double Timeline::now_us() const {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - origin_).count();
+}
+
+void Timeline::add(const std::string& name, const std::string& category, int track, double start_us, double end_us) {
+  events_.push_back({name, category, track, start_us, std::max(0.0, end_us - start_us)});
+}
+
+std::string Timeline::chrome_trace_json(int rank) const {
+  nlohmann::json events = nlohmann::json::array();
+  const char* tracks[] = {"compute", "communication"};
+  for (int t = 0; t < 2; ++t)
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", t}, {"args", {{"name", tracks[t]}}}});
+  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", rank}, {"args", {{"name", "rank " + std::to_string(rank)}}}});
+  for (const auto& e : events_)
+    events.push_back({{"name", e.name}, {"cat", e.category}, {"ph", "X"}, {"pid", rank}, {"tid", e.track},
+                      {"ts", e.start_us}, {"dur", e.duration_us}});
+  return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
+}
+
+void Timeline::write_chrome_trace(const std::string& path, int rank) const {
+  write_file_atomically(path, chrome_trace_json(rank));
+}
+
+namespace {
+// The comm events' intervals, merged where they overlap (several buckets are in flight at once).
+std::vector<std::pair<double, double>> merged_comm_spans(const std::vector<TimelineEvent>& events) {
+  std::vector<std::pair<double, double>> spans, merged;
+  for (const auto& e : events)
+    if (e.category == "comm") spans.emplace_back(e.start_us, e.start_us + e.duration_us);
+  std::sort(spans.begin(), spans.end());
+  for (const auto& span : spans) {
+    if (merged.empty() || span.first > merged.back().second) merged.push_back(span);
+    else merged.back().second = std::max(merged.back().second, span.second);
+  }
+  return merged;
+}
+}  // namespace
+
+double hidden_fraction(const std::vector<TimelineEvent>& events, double compute_start_us, double compute_end_us) {
+  double total = 0, hidden = 0;
+  for (const auto& [s, t] : merged_comm_spans(events)) {
+    total += t - s;
+    hidden += std::max(0.0, std::min(t, compute_end_us) - std::max(s, compute_start_us));
+  }
+  return total > 0 ? hidden / total : 0.0;
+}
+
+double comm_busy_us(const std::vector<TimelineEvent>& events) {
+  double total = 0;
+  for (const auto& [s, t] : merged_comm_spans(events)) total += t - s;
+  return total;
+}
+
+}  // namespace scalelab

@@ -1,0 +1,44 @@
+// A per-rank timeline in the Chrome trace-event format (open it in https://ui.perfetto.dev or
+// chrome://tracing): complete events ("ph": "X") with a name, a category, a start and a
+// duration in microseconds, on one of a few named tracks. Stage 04 records backward compute and
+// every bucket's all-reduce, and computes from them how much communication backward hid.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace scalelab {
+
+struct TimelineEvent {
+  std::string name;
+  std::string category;  // "compute" or "comm"
+  int track = 0;         // 0: compute, 1: communication
+  double start_us = 0, duration_us = 0;
+};
+
+class Timeline {
+ public:
+  Timeline();
+  // Microseconds since this timeline was created.
+  double now_us() const;
+  void add(const std::string& name, const std::string& category, int track, double start_us, double end_us);
+  const std::vector<TimelineEvent>& events() const { return events_; }
+  void clear() { events_.clear(); }
+  // {"traceEvents": [...]} with pid = rank, named tracks; written atomically.
+  void write_chrome_trace(const std::string& path, int rank) const;
+  std::string chrome_trace_json(int rank) const;
+
+ private:
+  std::chrono::steady_clock::time_point origin_;
+  std::vector<TimelineEvent> events_;
+};
+
+// Of the total time covered by `comm` intervals, the fraction that lies inside
+// [compute_start, compute_end]: the communication that backward hid. 0 when there was none.
+// Overlapping comm intervals count once.
+double hidden_fraction(const std::vector<TimelineEvent>& events, double compute_start_us, double compute_end_us);
+// The time covered by at least one comm interval.
+double comm_busy_us(const std::vector<TimelineEvent>& events);
+
+}  // namespace scalelab

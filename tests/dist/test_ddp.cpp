@@ -1,0 +1,172 @@
+// Stage 04b, data parallelism, under mpiexec with 1-4 ranks, against stage 01 from the
+// reference: d ranks with B/d rows each must give the gradients of stage 01 with d
+// micro-batches of the same batch. Why not bitwise: the sums over ranks run in the all-reduce's
+// order (a ring, or MPI's own) and the bias gradients restart from zero on every rank, while
+// stage 01 keeps adding rows onto one buffer; float addition is not associative. Tolerance:
+// |a - b| <= 1e-5 |b| + 1e-6 max|b|.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "batch.hpp"
+#include "compare.hpp"
+#include "core/error.hpp"
+#include "data/tokens.hpp"
+#include "dist/ddp.hpp"
+#include "train/accumulate.hpp"
+#include "train/fp32_model.hpp"
+#include "train/trainer.hpp"
+#include "world.hpp"
+
+using namespace scalelab;
+using namespace scalelab_test;
+
+namespace {
+const prior::ModelShape kShape{64, 16, 32, 2, 4};
+constexpr int kB = 12, kT = 16;  // 12 rows split over 1, 2, 3 or 4 ranks
+constexpr std::uint64_t kSeed = 5;
+
+DdpOptions small_buckets(DdpOptions::Mode mode, DdpOptions::Algorithm algorithm) {
+  DdpOptions o;
+  o.mode = mode;
+  o.algorithm = algorithm;
+  o.first_bucket_bytes = 4 << 10;  // several buckets even for the tiny model
+  o.bucket_bytes = 16 << 10;
+  return o;
+}
+
+std::string tiny_shard() {
+  const std::string path = std::filesystem::temp_directory_path() / "scalelab_ddp_tiny.bin";
+  std::vector<std::uint16_t> tokens;
+  for (int i = 0; i < 3000; ++i) tokens.push_back(static_cast<std::uint16_t>((i * 5 + i / 7) % 64));
+  if (test_world().rank() == 0) write_token_shard(path, tokens);
+  test_world().barrier();
+  return path;
+}
+
+TrainOptions tiny_options(const std::string& data) {
+  TrainOptions o;
+  o.config = "tiny";
+  o.batch = kB;
+  o.data = data;
+  o.seed = kSeed;
+  o.adamw.lr = 3e-3;
+  return o;
+}
+}  // namespace
+
+TEST_CASE("DDP on d ranks equals stage 01 with d micro-batches", "[graded][ddp_equal]") {
+  Communicator& world = test_world();
+  const int d = world.size();
+  const Batch batch = random_batch(kShape.V, kB, kT, 77);  // the same on every rank
+  const prior::StepResult want = prior::stage01_step(kShape, kSeed, batch.tokens, batch.targets, kB, kT, d);
+  double max_ref = 0;
+  for (float g : want.grads) max_ref = std::max(max_ref, static_cast<double>(std::fabs(g)));
+  using M = DdpOptions::Mode;
+  using A = DdpOptions::Algorithm;
+  for (auto [mode, algorithm] : {std::pair{M::kNaive, A::kBuiltin}, std::pair{M::kNaive, A::kRing},
+                                 std::pair{M::kBucketed, A::kBuiltin}, std::pair{M::kBucketed, A::kRing}}) {
+    INFO(where(world) << ", " << (mode == M::kNaive ? "naive" : "bucketed") << ", "
+                      << (algorithm == A::kRing ? "ring" : "builtin") << " all-reduce");
+    MemoryTracker tracker;
+    Fp32TrainModel model(config_from(kShape), &tracker);
+    model.init_weights(kSeed);
+    model.zero_grad();
+    DataParallel ddp(world, model, small_buckets(mode, algorithm));
+    const int local = kB / d;
+    const std::size_t offset = static_cast<std::size_t>(world.rank()) * local * kT;
+    ddp.begin_step(1);
+    double loss = accumulate_gradients(model, batch.tokens.data() + offset, batch.targets.data() + offset, local, kT,
+                                       1, 1.0 / d);
+    ddp.finish_step();
+    world.all_reduce(&loss, 1);
+    CHECK(loss / d == Approx(want.loss).epsilon(1e-6));
+    CHECK_MATCH(compare_close("summed gradients vs stage 01", model.gpt().grads(), want.grads.data(),
+                              want.grads.size(), 1e-5, 1e-6 * max_ref));
+  }
+}
+
+TEST_CASE("parameters stay bitwise identical on every rank", "[graded][ddp_identical]") {
+  Communicator& world = test_world();
+  const std::string data = tiny_shard();
+  for (const char* mode : {"naive", "bucketed"}) {
+    INFO(where(world) << ", " << mode);
+    MemoryTracker tracker;
+    TrainOptions o = tiny_options(data);
+    o.grad_accum = kB % (2 * world.size()) == 0 ? 2 : 1;
+    Trainer trainer(o, &tracker);
+    trainer.enable_data_parallel(world, small_buckets(DdpOptions::parse_mode(mode), DdpOptions::Algorithm::kRing));
+    double first = 0, last = 0;
+    for (int i = 0; i < 5; ++i) {
+      const double loss = trainer.step().loss;
+      if (i == 0) first = loss;
+      last = loss;
+    }
+    CHECK(last < first);  // it trains
+    std::vector<float> mine(trainer.model().master_params(), trainer.model().master_params() + trainer.model().num_params());
+    std::vector<float> root = mine;
+    world.broadcast(root.data(), root.size(), 0);
+    CHECK_MATCH(compare_bitwise("params vs rank 0 after 5 steps", mine.data(), root.data(), mine.size()));
+  }
+}
+
+TEST_CASE("only the last micro-batch communicates, and buckets start during backward", "[graded][ddp_overlap]") {
+  Communicator& world = test_world();
+  MemoryTracker tracker;
+  TrainOptions o = tiny_options(tiny_shard());
+  o.batch = 4 * world.size();
+  o.grad_accum = 4;
+  Trainer trainer(o, &tracker);
+  const DdpOptions opts = small_buckets(DdpOptions::Mode::kBucketed, DdpOptions::Algorithm::kBuiltin);
+  trainer.enable_data_parallel(world, opts);
+  const std::size_t buckets = trainer.data_parallel()->bucket_ranges().size();
+  const auto calls_before = world.stats()[CommOp::kAllReduce].calls;
+  trainer.step();
+  const auto calls = world.stats()[CommOp::kAllReduce].calls - calls_before;
+  INFO(where(world) << ": " << calls << " all-reduce calls in one step of 4 micro-batches, " << buckets
+                    << " buckets (+1 for the reported loss)");
+  CHECK(calls == buckets + 1);
+  // Every bucket but the embeddings' is launched before backward ends (its last notification).
+  const auto& events = trainer.data_parallel()->timeline().events();
+  double backward_end = 0;
+  for (const auto& e : events)
+    if (e.category == "compute") backward_end = std::max(backward_end, e.start_us + e.duration_us);
+  std::size_t started_early = 0, comm_events = 0;
+  for (const auto& e : events)
+    if (e.category == "comm") {
+      ++comm_events;
+      if (e.start_us < backward_end) ++started_early;
+    }
+  CHECK(comm_events == buckets);
+  CHECK(started_early + 1 >= buckets);
+}
+
+TEST_CASE("ranks started with different settings fail on every rank with one message", "[graded][ddp_mismatch]") {
+  Communicator& world = test_world();
+  if (world.size() < 2) {
+    SUCCEED("one rank cannot disagree with itself");
+    return;
+  }
+  const std::string data = tiny_shard();
+  MemoryTracker tracker;
+  TrainOptions o = tiny_options(data);
+  if (world.rank() == world.size() - 1) o.seed = kSeed + 1;
+  Trainer trainer(o, &tracker);
+  const std::string who = "ddp: rank " + std::to_string(world.size() - 1) + " was started with different settings";
+  CHECK_THROWS_WITH(trainer.enable_data_parallel(world, DdpOptions{}),
+                    Catch::Contains(who) && Catch::Contains("seed 5") && Catch::Contains("start every rank with the same"));
+}
+
+TEST_CASE("a batch that ranks x micro-batches does not divide is a clear error", "[ddp_errors]") {
+  Communicator& world = test_world();
+  if (world.size() < 2) return;
+  MemoryTracker tracker;
+  TrainOptions o = tiny_options(tiny_shard());
+  o.batch = world.size() + 1;
+  Trainer trainer(o, &tracker);
+  CHECK_THROWS_WITH(trainer.enable_data_parallel(world, DdpOptions{}),
+                    Catch::Contains("batch: " + std::to_string(world.size() + 1) + " rows do not split into " +
+                                    std::to_string(world.size()) + " ranks"));
+}
