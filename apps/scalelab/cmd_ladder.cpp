@@ -8,6 +8,8 @@
 #include <fstream>
 #include <memory>
 #include <sstream>
+#include <cstdlib>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -42,6 +44,59 @@ std::vector<Rung> all_rungs(int accum) {
 
 double mib(std::size_t bytes) { return bytes / 1048576.0; }
 
+std::string quoted(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// Stage 04 needs several processes: the ladder starts `mpirun -np ranks scalelab train --ddp
+// bucketed` with the same options and reads the loss curve and measurements back from the
+// metrics file that rank 0 writes.
+nlohmann::json run_data_parallel_rung(const TrainOptions& o, int ranks, const std::string& metrics) {
+  std::ostringstream cmd;
+  cmd << "mpirun --oversubscribe -np " << ranks << " " << quoted(std::filesystem::read_symlink("/proc/self/exe"))
+      << " train --ddp bucketed --config " << o.config << " --steps " << o.steps << " --batch " << o.batch
+      << " --seq-len " << o.seq_len << " --lr " << o.adamw.lr << " --beta1 " << o.adamw.beta1 << " --beta2 "
+      << o.adamw.beta2 << " --eps " << o.adamw.eps << " --weight-decay " << o.adamw.weight_decay << " --grad-clip "
+      << o.adamw.grad_clip << " --seed " << o.seed << " --val-every " << o.val_every << " --val-batches "
+      << o.val_batches << " --threads 1 --log-every " << std::max(1, o.steps / 4) << " --metrics " << quoted(metrics);
+  if (!o.data.empty()) cmd << " --data " << quoted(o.data);
+  std::fflush(stdout);
+  const int status = std::system(cmd.str().c_str());
+  require(status == 0, "ladder", "stage 04 (`" + cmd.str() + "`) failed with status " + std::to_string(status),
+          "run that command by hand to see why, or leave stage 04 out with --stages 00,01,02,03");
+  nlohmann::json row = {{"losses", nlohmann::json::array()}};
+  std::ifstream in(metrics);
+  std::string line;
+  std::vector<double> rates, hidden, bytes;
+  nlohmann::json last;
+  while (std::getline(in, line)) {
+    last = nlohmann::json::parse(line);
+    row["losses"].push_back(last["loss"]);
+    if (row["losses"].size() > 1) {
+      rates.push_back(last["tokens_per_s"].get<double>());
+      hidden.push_back(last["comm_hidden_fraction"].get<double>());
+      bytes.push_back(last["comm_bytes_sent"].get<double>());
+    }
+  }
+  require(!last.is_null(), "ladder", "stage 04 wrote no metrics to '" + metrics + "'", "run it by hand to see why");
+  auto median = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  double mean_hidden = 0;
+  for (double h : hidden) mean_hidden += h / std::max<std::size_t>(1, hidden.size());
+  row["final_loss"] = last["loss"];
+  row["val_loss"] = last.value("val_loss", 0.0);
+  row["tokens_per_s"] = median(rates);
+  row["peak_bytes"] = last["peak_bytes"];
+  row["comm_hidden_fraction"] = mean_hidden;
+  row["comm_bytes_per_step"] = median(bytes);
+  return row;
+}
+
 }  // namespace
 
 void add_ladder_command(CLI::App& app) {
@@ -54,6 +109,7 @@ void add_ladder_command(CLI::App& app) {
   auto accum = std::make_shared<int>(4);
   auto json_path = std::make_shared<std::string>("out/ladder.json");
   auto stages = std::make_shared<std::string>("all");
+  auto ranks = std::make_shared<int>(2);
   CLI::App* cmd = app.add_subcommand("ladder", "Run every stage side by side and print one comparison table");
   add_train_flags(cmd, *flags);
   cmd->add_option("--accum", *accum, "Micro-batches for the accumulation rows")->capture_default_str();
@@ -61,13 +117,16 @@ void add_ladder_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--stages", *stages, "Comma-separated stage numbers to run (e.g. 00,02), or all")
       ->capture_default_str();
+  cmd->add_option("--ranks", *ranks, "Processes for stage 04 (data parallel, started with mpirun)")
+      ->capture_default_str();
   cmd->callback([=] {
     const TrainOptions base = flags->finish();
     std::vector<Rung> rungs;
     for (const Rung& r : all_rungs(*accum))
       if (*stages == "all" || ("," + *stages + ",").find("," + r.stage + ",") != std::string::npos)
         rungs.push_back(r);
-    require(!rungs.empty(), "stages", "'" + *stages + "' selects no stage", "use e.g. 00,01,02,03 or all");
+    require(!rungs.empty() || *stages == "04", "stages", "'" + *stages + "' selects no stage",
+            "use e.g. 00,01,02,03,04 or all");
     require(base.batch % *accum == 0, "accum",
             std::to_string(*accum) + " does not divide --batch " + std::to_string(base.batch),
             "choose an --accum that divides --batch");
@@ -110,6 +169,40 @@ void add_ladder_command(CLI::App& app) {
       out.push_back(row);
     }
 
+    bool want04 = *stages == "all" || ("," + *stages + ",").find(",04,") != std::string::npos;
+#ifndef SCALELAB_HAVE_MPI
+    if (want04) std::printf("\n== stage 04 skipped: this build has no MPI (apt-get install libopenmpi-dev openmpi-bin)\n");
+    want04 = false;
+#endif
+    if (want04) {
+      // OpenMPI refuses to start as root unless told that this is intended (containers, CI).
+      if (geteuid() == 0) {
+        setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+        setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+      }
+      require(*ranks >= 1 && base.batch % *ranks == 0, "ranks",
+              std::to_string(*ranks) + " ranks do not divide --batch " + std::to_string(base.batch),
+              "choose --ranks that divides --batch");
+      std::printf("\n== stage 04: data parallel, %d ranks (mpirun)\n", *ranks);
+      const std::string metrics = json_path->empty() ? std::string("out/ladder-04.jsonl")
+                                                     : std::filesystem::path(*json_path).replace_extension("").string() +
+                                                           "-04.jsonl";
+      if (std::filesystem::path(metrics).has_parent_path())
+        std::filesystem::create_directories(std::filesystem::path(metrics).parent_path());
+      nlohmann::json row = run_data_parallel_rung(base, *ranks, metrics);
+      double diff = 0;
+      for (std::size_t i = 0; i < baseline.size() && i < row["losses"].size(); ++i)
+        diff = std::max(diff, std::fabs(row["losses"][i].get<double>() - baseline[i]));
+      row["stage"] = "04";
+      row["name"] = "DDP bucketed x" + std::to_string(*ranks);
+      row["grad_accum"] = 1;
+      row["checkpoint"] = "none";
+      row["precision"] = "fp32";
+      row["max_loss_diff_vs_00"] = baseline.empty() ? nlohmann::json(nullptr) : nlohmann::json(diff);
+      row["num_params"] = out.empty() ? nlohmann::json(nullptr) : out[0]["num_params"];
+      out.push_back(row);
+    }
+
     std::printf("\n%-6s %-22s %8s %8s %10s %8s %8s %8s %8s %9s %8s\n", "stage", "technique", "loss", "val",
                 "|dloss|00", "params", "grads", "optim", "acts", "workspace", "tok/s");
     std::printf("%-6s %-22s %8s %8s %10s %8s %8s %8s %8s %9s %8s\n", "", "", "", "", "max", "MiB", "MiB", "MiB", "MiB",
@@ -127,6 +220,11 @@ void add_ladder_command(CLI::App& app) {
                   mib(pb["optimizer"].get<std::size_t>()), mib(pb["activations"].get<std::size_t>()),
                   mib(pb["workspace"].get<std::size_t>()), row["tokens_per_s"].get<double>());
     }
+    for (const auto& row : out)
+      if (row.contains("comm_hidden_fraction"))
+        std::printf("stage 04: each rank sent %.1f MB per step in its all-reduces; %.0f%% of the all-reduce time was "
+                    "hidden behind backward (timeline: scalelab train --ddp bucketed --trace out/trace.json)\n",
+                    row["comm_bytes_per_step"].get<double>() / 1e6, 100 * row["comm_hidden_fraction"].get<double>());
     if (!json_path->empty()) {
       const std::filesystem::path p(*json_path);
       if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());

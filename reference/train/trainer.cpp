@@ -99,6 +99,8 @@ void Trainer::enable_data_parallel(Communicator& comm, const DdpOptions& ddp) {
   model_->set_master_params(p.data());
   dp_comm_ = &comm;
   ddp_ = std::make_unique<DataParallel>(comm, *model_, ddp);
+  val_loader_ = std::make_unique<DataLoader>(&data_.val, options_.batch / (d * options_.grad_accum), T_,
+                                             options_.seed + 2);
 }
 
 StepStats Trainer::step() {
@@ -138,10 +140,12 @@ StepStats Trainer::step() {
 }
 
 double Trainer::validation_loss() {
-  // The same rows whatever the accumulation: val_batches full batches, run as micro-batches so
-  // the activation memory stays that of training.
-  const int micro = options_.batch / options_.grad_accum;
-  const int count = options_.val_batches * options_.grad_accum;
+  // The same rows whatever the accumulation or data parallelism: val_batches full batches, run
+  // in pieces of the training micro-batch so the activation memory stays that of training
+  // (every data-parallel rank computes the same validation loss).
+  const int pieces = options_.grad_accum * (dp_comm_ ? dp_comm_->size() : 1);
+  const int micro = options_.batch / pieces;
+  const int count = options_.val_batches * pieces;
   std::vector<int> x(static_cast<std::size_t>(micro) * T_), y(x.size());
   double total = 0;
   for (int i = 0; i < count; ++i) {
