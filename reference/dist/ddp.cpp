@@ -24,7 +24,7 @@ std::vector<std::pair<std::size_t, std::size_t>> plan_buckets(const ParamLayout&
                                                               std::size_t bucket_bytes) {
   require(first_bytes > 0 && bucket_bytes > 0, "bucket_bytes", "must be positive", "pass e.g. --bucket-mb 25");
   std::vector<std::pair<std::size_t, std::size_t>> out;
-  // LAB 04 BEGIN plan_buckets: section 3
+  // LAB 04 BEGIN plan_buckets: section 6
   const auto& tensors = layout.tensors();
   std::size_t end = layout.num_params(), begin = end;
   for (auto it = tensors.rbegin(); it != tensors.rend(); ++it) {
@@ -118,7 +118,7 @@ void DataParallel::on_grads_ready(std::size_t offset) {
   if (backward_start_us_ < 0) backward_start_us_ = now;
   else timeline_.add("backward", "compute", 0, last_ready_us_, now);
   last_ready_us_ = now;
-  // LAB 04 BEGIN ddp_launch_ready_buckets: section 3
+  // LAB 04 BEGIN ddp_launch_ready_buckets: section 6
   while (next_ < buckets_.size() && buckets_[next_].begin >= offset) launch(buckets_[next_++]);
   poll();  // MPI progresses non-blocking operations inside its calls: give it a chance
   // LAB 04 END
@@ -129,7 +129,7 @@ DdpStepReport DataParallel::finish_step() {
   DdpStepReport report;
   float* g = model_.fp32_grads();
   if (options_.mode == DdpOptions::Mode::kNaive) {
-    // LAB 04 BEGIN ddp_naive: section 2
+    // LAB 04 BEGIN ddp_naive: section 5
     for (const auto& t : model_.layout().tensors()) all_reduce_now(g + t.offset, t.numel);
     // LAB 04 END
     timeline_.add("all-reduce (per tensor)", "comm", 1, backward_end, timeline_.now_us());

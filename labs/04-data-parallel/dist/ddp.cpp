@@ -30,11 +30,11 @@ std::vector<std::pair<std::size_t, std::size_t>> plan_buckets(const ParamLayout&
                                                               std::size_t bucket_bytes) {
   require(first_bytes > 0 && bucket_bytes > 0, "bucket_bytes", "must be positive", "pass e.g. --bucket-mb 25");
   std::vector<std::pair<std::size_t, std::size_t>> out;
-  // Lab 04 TODO: implement plan_buckets (labs/04-data-parallel/README.md, section 3).
+  // Lab 04 TODO: implement plan_buckets (labs/04-data-parallel/README.md, section 6).
   // Replace the lines from here to "end of Lab 04 TODO" with your code.
   // (void) keeps the compiler quiet about unused names until your code uses them.
   (void)layout;
-  throw std::logic_error("Lab 04: implement plan_buckets (see labs/04-data-parallel/README.md, section 3)");
+  throw std::logic_error("Lab 04: implement plan_buckets (see labs/04-data-parallel/README.md, section 6)");
   // end of Lab 04 TODO
   return out;
 }
@@ -117,9 +117,9 @@ void DataParallel::on_grads_ready(std::size_t offset) {
   if (backward_start_us_ < 0) backward_start_us_ = now;
   else timeline_.add("backward", "compute", 0, last_ready_us_, now);
   last_ready_us_ = now;
-  // Lab 04 TODO: implement ddp_launch_ready_buckets (labs/04-data-parallel/README.md, section 3).
+  // Lab 04 TODO: implement ddp_launch_ready_buckets (labs/04-data-parallel/README.md, section 6).
   // Replace the lines from here to "end of Lab 04 TODO" with your code.
-  throw std::logic_error("Lab 04: implement ddp_launch_ready_buckets (see labs/04-data-parallel/README.md, section 3)");
+  throw std::logic_error("Lab 04: implement ddp_launch_ready_buckets (see labs/04-data-parallel/README.md, section 6)");
   // end of Lab 04 TODO
 }
 
@@ -128,11 +128,11 @@ DdpStepReport DataParallel::finish_step() {
   DdpStepReport report;
   float* g = model_.fp32_grads();
   if (options_.mode == DdpOptions::Mode::kNaive) {
-    // Lab 04 TODO: implement ddp_naive (labs/04-data-parallel/README.md, section 2).
+    // Lab 04 TODO: implement ddp_naive (labs/04-data-parallel/README.md, section 5).
     // Replace the lines from here to "end of Lab 04 TODO" with your code.
     // (void) keeps the compiler quiet about unused names until your code uses them.
     (void)g;
-    throw std::logic_error("Lab 04: implement ddp_naive (see labs/04-data-parallel/README.md, section 2)");
+    throw std::logic_error("Lab 04: implement ddp_naive (see labs/04-data-parallel/README.md, section 5)");
     // end of Lab 04 TODO
     timeline_.add("all-reduce (per tensor)", "comm", 1, backward_end, timeline_.now_us());
   } else {
