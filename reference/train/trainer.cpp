@@ -70,7 +70,7 @@ Trainer::Trainer(const TrainOptions& options, MemoryTracker* tracker) : options_
     restore(load_checkpoint(options_.resume, &config));
   } else if (!options_.init_weights.empty()) {
     std::vector<float> w(model_->num_params());
-    load_weights(options_.init_weights, model_->layout(), w.data());
+    load_weights(options_.init_weights, model_->config(), w.data());
     model_->set_master_params(w.data());
   } else {
     model_->init_weights(options_.seed);
@@ -188,7 +188,7 @@ void Trainer::restore(const TrainCheckpoint& c) {
 void Trainer::save_checkpoint(const std::string& path) const { scalelab::save_checkpoint(path, checkpoint()); }
 
 void Trainer::save_weights(const std::string& path) const {
-  scalelab::save_weights(path, model_->layout(), model_->master_params());
+  scalelab::save_weights(path, model_->config(), model_->master_params());
 }
 
 }  // namespace scalelab
