@@ -223,20 +223,41 @@ MESSAGE_HEAD_RE = re.compile(r"^(with messages?:|due to unexpected exception wit
                              r"due to a fatal error condition:)\s*$")
 
 
+CATCH_BREAK_BEFORE = "[({<|"          # Catch2's TextFlow may break a line before these characters
+CATCH_BREAK_AFTER = "])}>.,:;*+-=&/\\"  # ... or after these, besides at whitespace
+
+
+def _first_piece(text: str) -> str:
+    """The text up to the first place where Catch2 could have broken a line."""
+    for i in range(1, len(text)):
+        if text[i].isspace() or text[i] in CATCH_BREAK_BEFORE or text[i - 1] in CATCH_BREAK_AFTER:
+            return text[:i]
+    return text
+
+
+def _glue(prev: str, nxt: str) -> str:
+    """What Catch2 dropped at a line break: a space, or nothing (inside '0.25', 'a/b', '1e-5')."""
+    last, first = prev[-1:], nxt[:1]
+    if last == "." and (first.isdigit() or first.islower()):
+        return ""
+    if last in "-/\\" or (last in CATCH_BREAK_AFTER and last not in ".,:;])}>*+=&"):
+        return ""
+    return " "
+
+
 def unwrap(lines: list[str], width: int) -> list[str]:
-    """Catch2 wraps every message at the console width, with the same indentation as the message
-    itself, so a line that reached (nearly) the width continues on the next line. Rejoins them:
-    after a break at a space, with a space; after a break at punctuation ('0.' + '5'), without."""
+    """Catch2 wraps every message greedily at the console width with the message's own
+    indentation, so a line was wrapped exactly when the next line's first word would not have
+    fitted after it; otherwise the next line starts a new message. Rejoins the wrapped lines."""
     messages: list[str] = []
-    wrapped = False
+    prev_len = 0
     for ln in lines:
         text = ln.strip()
-        if messages and wrapped:
-            glue = "" if messages[-1][-1:] in ".,:;-/([{=" and text[:1].isalnum() else " "
-            messages[-1] += glue + text
+        if messages and prev_len + len(_first_piece(text)) >= width:
+            messages[-1] += _glue(messages[-1], text) + text
         else:
             messages.append(text)
-        wrapped = width - 12 <= len(ln.rstrip()) <= width
+        prev_len = len(ln.rstrip())
     return messages
 
 
