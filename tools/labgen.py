@@ -276,13 +276,22 @@ def _param_list_before_brace(clean: str, brace: int) -> tuple[int, int] | None:
 
 
 def _split_top_level(params: str) -> list[str]:
-    parts, depth, cur = [], 0, []
-    for ch in params:
-        if ch in "(<[{":
+    """Splits at the commas outside (), [], {} and template brackets. A '<' counts as a bracket
+    only outside parentheses and right after a name (vector<int, float>), so that comparisons and
+    shifts inside an initialiser ('(h >> 10) & 0x1f, m = ...') do not hide a comma."""
+    parts, depth, angle, cur = [], 0, 0, []
+    for i, ch in enumerate(params):
+        if ch in "([{":
             depth += 1
-        elif ch in ")>]}":
+        elif ch in ")]}":
             depth -= 1
-        if ch == "," and depth == 0:
+        elif ch == "<" and depth == 0 and i > 0 and (params[i - 1].isalnum() or params[i - 1] in "_ "):
+            prev = params[:i].rstrip()
+            if prev and (prev[-1].isalnum() or prev[-1] == "_"):
+                angle += 1
+        elif ch == ">" and depth == 0 and angle > 0:
+            angle -= 1
+        if ch == "," and depth == 0 and angle == 0:
             parts.append("".join(cur))
             cur = []
         else:

@@ -60,12 +60,13 @@ MULTI = textwrap.dedent("""\
     void Model::step(float lr, const float* g) {
       const int n = n_, twice = 2 * n;
       const std::size_t bytes = sizeof(float) * static_cast<std::size_t>(n);
+      const unsigned hi = (static_cast<unsigned>(n) >> 1) & 0xffu, lo = 3u;  // a shift before a comma
       {
         int scoped = 0;  // out of scope at the region: must not be named in the stub
         (void)scoped;
       }
       // LAB 00 BEGIN adam_step: section 5
-      for (int i = 0; i < n && i < twice && bytes > 0; ++i) w_[i] -= lr * g[i];
+      for (int i = 0; i < n && i < twice && bytes > 0 && hi + lo > 0; ++i) w_[i] -= lr * g[i];
       // LAB 00 END
     }
 
@@ -149,7 +150,7 @@ class GenerateTest(unittest.TestCase):
         lab01 = (self.root / "labs/01-accumulation/train/multi.cpp").read_text()
         layer = (self.root / "labs/00-naive/model/layer.cpp").read_text()
         self.assertIn("(void)dinp; (void)dout; (void)inp; (void)N;", layer)
-        self.assertIn("(void)lr; (void)g; (void)n; (void)twice; (void)bytes;", lab00)
+        self.assertIn("(void)lr; (void)g; (void)n; (void)twice; (void)bytes; (void)hi; (void)lo;", lab00)
         self.assertNotIn("(void)scoped", lab00.split("Lab 00 TODO: implement")[1])
         self.assertIn("(void)unused_in_body;", lab01)            # a constructor's parameter
         self.assertNotIn("(void)n;", lab01.split("model_init")[1].split("end of Lab 01 TODO")[0])

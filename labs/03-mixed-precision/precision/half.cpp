@@ -66,7 +66,7 @@ float fp16_to_float(std::uint16_t h) {
   // Lab 03 TODO: implement fp16_to_float (labs/03-mixed-precision/README.md, section 3).
   // Replace the lines from here to "end of Lab 03 TODO" with your code.
   // (void) keeps the compiler quiet about unused names until your code uses them.
-  (void)h; (void)sign; (void)e;
+  (void)h; (void)sign; (void)e; (void)m;
   throw std::logic_error("Lab 03: implement fp16_to_float (see labs/03-mixed-precision/README.md, section 3)");
   // end of Lab 03 TODO
 }
