@@ -31,12 +31,14 @@ RunSummary run_training(const TrainOptions& options, const RunOutput& out, const
                 c.num_heads, summary.num_params, options.batch, trainer.seq_len(), options.precision.c_str(),
                 options.grad_accum, options.checkpoint.describe().c_str());
   if (dp && out.progress)
-    std::printf("%sdata parallel: %d ranks x %d rows, %s, %zu buckets, all-reduce %s\n", out.label.c_str(),
-                dp->comm->size(), options.batch / dp->comm->size(),
-                dp->ddp.mode == DdpOptions::Mode::kNaive ? "naive (one all-reduce per tensor after backward)"
-                                                         : "bucketed (overlapped with backward)",
-                trainer.data_parallel()->bucket_ranges().size(),
-                dp->ddp.algorithm == DdpOptions::Algorithm::kRing ? "ring (ours)" : "builtin");
+    std::printf("%sdata parallel: %d ranks x %d rows, %s, all-reduce %s\n", out.label.c_str(), dp->comm->size(),
+                options.batch / dp->comm->size(),
+                dp->ddp.mode == DdpOptions::Mode::kNaive
+                    ? ("naive (" + std::to_string(trainer.model().layout().tensors().size()) +
+                       " all-reduces, one per tensor, after backward)").c_str()
+                    : ("bucketed (" + std::to_string(trainer.data_parallel()->bucket_ranges().size()) +
+                       " buckets, launched during backward)").c_str(),
+                dp->ddp.algorithm == DdpOptions::Algorithm::kRing ? "ring (ours, blocking)" : "builtin (non-blocking)");
   std::vector<double> rates, hidden, comm_bytes;
   const long first = trainer.steps_done();
   for (int i = 0; i < options.steps; ++i) {

@@ -77,7 +77,7 @@ void DataParallel::begin_step(int micro_batches) {
   next_ = 0;
   backwards_left_ = micro_batches - 1;
   active_ = backwards_left_ == 0;
-  backward_start_us_ = -1;
+  notified_ = false;
   timeline_.clear();
 }
 
@@ -114,18 +114,22 @@ void DataParallel::on_grads_ready(std::size_t offset) {
     if (offset == 0 && --backwards_left_ == 0) active_ = true;
     return;
   }
+  // The compute since the previous notification (the time spent here launching is not compute:
+  // a blocking all-reduce inside launch() hides nothing).
   const double now = timeline_.now_us();
-  if (backward_start_us_ < 0) backward_start_us_ = now;
-  else timeline_.add("backward", "compute", 0, last_ready_us_, now);
-  last_ready_us_ = now;
+  if (notified_) timeline_.add("backward", "compute", 0, last_ready_us_, now);
+  notified_ = true;
   // LAB 04 BEGIN ddp_launch_ready_buckets: section 6
   while (next_ < buckets_.size() && buckets_[next_].begin >= offset) launch(buckets_[next_++]);
   poll();  // MPI progresses non-blocking operations inside its calls: give it a chance
   // LAB 04 END
+  last_ready_us_ = timeline_.now_us();
 }
 
 DdpStepReport DataParallel::finish_step() {
   const double backward_end = timeline_.now_us();
+  // The last stretch of backward: from the last notification (the embeddings) to here.
+  if (notified_) timeline_.add("backward", "compute", 0, last_ready_us_, backward_end);
   DdpStepReport report;
   float* g = model_.fp32_grads();
   if (options_.mode == DdpOptions::Mode::kNaive) {
@@ -145,8 +149,7 @@ DdpStepReport DataParallel::finish_step() {
                     b.start_us, b.end_us);
     }
   }
-  const double start = backward_start_us_ < 0 ? backward_end : backward_start_us_;
-  report.hidden_fraction = hidden_fraction(timeline_.events(), start, backward_end);
+  report.hidden_fraction = hidden_fraction(timeline_.events());
   report.comm_seconds = comm_busy_us(timeline_.events()) * 1e-6;
   report.buckets = options_.mode == DdpOptions::Mode::kNaive ? model_.layout().tensors().size() : buckets_.size();
   active_ = false;

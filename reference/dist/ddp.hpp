@@ -96,8 +96,8 @@ class DataParallel {
   std::size_t next_ = 0;           // the next bucket to launch
   int backwards_left_ = 0;         // backward passes before the communicating one
   bool active_ = false;            // this backward communicates
-  double backward_start_us_ = -1;  // the final backward's first notification
-  double last_ready_us_ = 0;
+  bool notified_ = false;     // the communicating backward has sent its first notification
+  double last_ready_us_ = 0;  // when the previous notification was handled
   Timeline timeline_;
 };
 

@@ -36,11 +36,12 @@ void Timeline::write_chrome_trace(const std::string& path, int rank) const {
 }
 
 namespace {
-// The comm events' intervals, merged where they overlap (several buckets are in flight at once).
-std::vector<std::pair<double, double>> merged_comm_spans(const std::vector<TimelineEvent>& events) {
+// The intervals of one category's events, merged where they overlap (several buckets are in
+// flight at once).
+std::vector<std::pair<double, double>> merged_spans(const std::vector<TimelineEvent>& events, const char* category) {
   std::vector<std::pair<double, double>> spans, merged;
   for (const auto& e : events)
-    if (e.category == "comm") spans.emplace_back(e.start_us, e.start_us + e.duration_us);
+    if (e.category == category) spans.emplace_back(e.start_us, e.start_us + e.duration_us);
   std::sort(spans.begin(), spans.end());
   for (const auto& span : spans) {
     if (merged.empty() || span.first > merged.back().second) merged.push_back(span);
@@ -50,18 +51,19 @@ std::vector<std::pair<double, double>> merged_comm_spans(const std::vector<Timel
 }
 }  // namespace
 
-double hidden_fraction(const std::vector<TimelineEvent>& events, double compute_start_us, double compute_end_us) {
+double hidden_fraction(const std::vector<TimelineEvent>& events) {
+  const auto comm = merged_spans(events, "comm"), compute = merged_spans(events, "compute");
   double total = 0, hidden = 0;
-  for (const auto& [s, t] : merged_comm_spans(events)) {
+  for (const auto& [s, t] : comm) {
     total += t - s;
-    hidden += std::max(0.0, std::min(t, compute_end_us) - std::max(s, compute_start_us));
+    for (const auto& [cs, ct] : compute) hidden += std::max(0.0, std::min(t, ct) - std::max(s, cs));
   }
   return total > 0 ? hidden / total : 0.0;
 }
 
 double comm_busy_us(const std::vector<TimelineEvent>& events) {
   double total = 0;
-  for (const auto& [s, t] : merged_comm_spans(events)) total += t - s;
+  for (const auto& [s, t] : merged_spans(events, "comm")) total += t - s;
   return total;
 }
 

@@ -34,10 +34,9 @@ class Timeline {
   std::vector<TimelineEvent> events_;
 };
 
-// Of the total time covered by `comm` intervals, the fraction that lies inside
-// [compute_start, compute_end]: the communication that backward hid. 0 when there was none.
-// Overlapping comm intervals count once.
-double hidden_fraction(const std::vector<TimelineEvent>& events, double compute_start_us, double compute_end_us);
+// Of the time covered by "comm" events, the fraction during which a "compute" event ran too:
+// the communication that compute hid. Overlapping events of one kind count once; 0 without comm.
+double hidden_fraction(const std::vector<TimelineEvent>& events);
 // The time covered by at least one comm interval.
 double comm_busy_us(const std::vector<TimelineEvent>& events);
 
