@@ -1,0 +1,125 @@
+// The training-step benchmark: forward + backward + AdamW of the GPT on the CPU, the same work
+// per step as ../shared/peers/torch_gpt_bench.py (PyTorch), reported as tokens/s and GFLOP/s with
+// the same FLOP formula, so tools/bench_cpu.sh can print the two side by side.
+//
+//   bench_step [--V 256 --T 256 --C 256 --L 4 --H 4 --B 16 --steps 10 --threads 1] [--benchmark_...]
+//
+// Each repetition is one timed step (Iterations(1)); the aggregate rows give the median over
+// --steps steps, after two untimed warm-up steps, as the peer does.
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/blas.hpp"
+#include "core/memory.hpp"
+#include "core/rng.hpp"
+#include "model/config.hpp"
+#include "model/gpt.hpp"
+#include "optim/adamw.hpp"
+
+namespace {
+
+struct StepOptions {
+  int V = 256, T = 256, C = 256, L = 4, H = 4, B = 16;
+  int steps = 10, threads = 1;
+};
+
+// Reads our --NAME VALUE flags and leaves everything else (the --benchmark_* flags) in argv.
+StepOptions parse_step_options(int* argc, char** argv) {
+  StepOptions o;
+  struct Flag { const char* name; int* value; };
+  const Flag flags[] = {{"--V", &o.V}, {"--T", &o.T}, {"--C", &o.C}, {"--L", &o.L}, {"--H", &o.H},
+                        {"--B", &o.B}, {"--steps", &o.steps}, {"--threads", &o.threads}};
+  int kept = 1;
+  for (int i = 1; i < *argc; ++i) {
+    bool ours = false;
+    for (const Flag& f : flags)
+      if (std::strcmp(argv[i], f.name) == 0) {
+        if (i + 1 >= *argc) {
+          std::fprintf(stderr, "bench_step: %s needs a value, e.g. %s 16\n", f.name, f.name);
+          std::exit(2);
+        }
+        *f.value = std::atoi(argv[++i]);
+        ours = true;
+      }
+    if (!ours) argv[kept++] = argv[i];
+  }
+  *argc = kept;
+  return o;
+}
+
+// One model, optimizer and batch, built once and shared by every repetition.
+struct StepState {
+  scalelab::MemoryTracker tracker;
+  std::unique_ptr<scalelab::GPT> model;
+  std::unique_ptr<scalelab::AdamW> opt;
+  std::vector<int> tokens, targets;
+  bool warm = false;
+};
+
+void train_step(StepState& s, int B, int T) {
+  s.model->forward(s.tokens.data(), s.targets.data(), B, T);
+  s.model->zero_grad();
+  s.model->backward();
+  s.opt->step(s.model->params(), s.model->grads());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const StepOptions o = parse_step_options(&argc, argv);
+  scalelab::set_blas_threads(o.threads);
+
+  scalelab::GPTConfig config;
+  config.name = "bench";
+  config.vocab_size = o.V;
+  config.max_seq_len = o.T;
+  config.channels = o.C;
+  config.num_layers = o.L;
+  config.num_heads = o.H;
+
+  StepState state;
+  state.model = std::make_unique<scalelab::GPT>(config, &state.tracker);
+  state.model->init_weights(0);
+  state.opt = std::make_unique<scalelab::AdamW>(state.model->num_params(), scalelab::AdamWConfig{}, &state.tracker);
+  scalelab::Rng rng(1);
+  const std::size_t BT = static_cast<std::size_t>(o.B) * o.T;
+  for (std::size_t i = 0; i < BT; ++i) {
+    state.tokens.push_back(static_cast<int>(rng.below(o.V)));
+    state.targets.push_back(static_cast<int>(rng.below(o.V)));
+  }
+
+  // FLOPs per step, as the peer counts them: 6 P per token (forward + backward of every weight)
+  // plus the attention scores and mixing, 12 L T C per token.
+  const double P = static_cast<double>(state.model->num_params());
+  const double flops = 6.0 * P * o.B * o.T + 12.0 * o.L * o.B * static_cast<double>(o.T) * o.T * o.C;
+
+  const std::string name = "train_step/V" + std::to_string(o.V) + "_T" + std::to_string(o.T) + "_C" +
+                           std::to_string(o.C) + "_L" + std::to_string(o.L) + "_H" + std::to_string(o.H) + "_B" +
+                           std::to_string(o.B) + "_threads" + std::to_string(o.threads);
+  benchmark::RegisterBenchmark(name.c_str(), [&](benchmark::State& st) {
+    if (!state.warm) {  // two untimed warm-up steps, like the peer
+      for (int i = 0; i < 2; ++i) train_step(state, o.B, o.T);
+      state.warm = true;
+    }
+    for (auto _ : st) train_step(state, o.B, o.T);
+    st.counters["params"] = P;
+    st.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(BT), benchmark::Counter::kIsIterationInvariantRate);
+    st.counters["GFLOP_per_s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  })
+      ->Iterations(1)
+      ->Repetitions(o.steps)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
