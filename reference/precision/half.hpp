@@ -24,6 +24,10 @@ const char* half_format_name(HalfFormat format);
 // Parses "bf16" or "fp16"; ConfigError naming `precision` otherwise.
 HalfFormat parse_half_format(const std::string& name);
 
+// Drops the low n bits of v (1 <= n <= 31), rounding to nearest, ties to even: the rounding
+// step of every float -> half conversion. The result may carry into the bit above the kept ones.
+std::uint32_t shift_round_even(std::uint32_t v, std::uint32_t n);
+
 // Scalar conversions on bit patterns (section 2 and 3 of the lab 03 handout).
 std::uint16_t float_to_bf16(float x);
 float bf16_to_float(std::uint16_t h);

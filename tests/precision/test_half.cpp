@@ -162,6 +162,22 @@ void check_against_oracle(const Format& f) {
 }  // namespace
 
 TEST_CASE("bf16 conversions are bit-exact round-to-nearest-even", "[graded][half_bf16]") {
+  // The rounding step alone: drop n bits of v, to nearest, ties to even.
+  struct Shift {
+    std::uint32_t v, n, want;
+    const char* why;
+  };
+  for (const Shift& c : {Shift{0x27, 4, 2, "2.4375 rounds down"}, Shift{0x29, 4, 3, "2.5625 rounds up"},
+                         Shift{0x28, 4, 2, "2.5 is a tie: to even, down"}, Shift{0x18, 4, 2, "1.5 is a tie: to even, up"},
+                         Shift{0x80, 8, 0, "0.5 is a tie: to even, 0"}, Shift{0xff, 8, 1, "0.996 rounds up"},
+                         Shift{5, 1, 2, "2.5 with one dropped bit"}, Shift{7, 1, 4, "3.5 with one dropped bit"},
+                         Shift{0xffffff, 24, 1, "just under 1 with 24 dropped bits"},
+                         Shift{0x7f7fffff, 16, 0x7f80, "carries into the bit above the kept ones"}}) {
+    const std::uint32_t got = shift_round_even(c.v, c.n);
+    INFO("shift_round_even(" << hex(c.v, 8) << ", " << c.n << ") = " << got << ", expected " << c.want << ": "
+                             << c.why);
+    CHECK(got == c.want);
+  }
   check_table(kBF16, {
       {0x3f800000, 0x3f80, "1.0 is exact"},
       {0xc0200000, 0xc020, "-2.5 is exact"},
