@@ -60,7 +60,7 @@ std::uint32_t bits(float x) { return std::bit_cast<std::uint32_t>(x); }
 // half (8 significant bits for bf16, 11 for fp16), so the gradients carry relative errors of a
 // few 2^-9 (bf16) or 2^-12 (fp16) from each of the ~20 roundings on their path. Tolerance per
 // element: |a - b| <= 0.1 |b| + 0.02 max|b| (bf16), 0.02 |b| + 0.005 max|b| (fp16); the loss within
-// 1e-3. Measured on this batch: max abs error 0.75% (bf16) and 0.1% (fp16) of max|b|.
+// 1e-3. Measured on this batch: max abs error 0.75% (bf16) and 0.11% (fp16) of max|b|.
 TEST_CASE("mixed-precision gradients match fp32 (stage 00) within the half formats' precision",
           "[graded][mixed_vs_fp32]") {
   const Batch batch = random_batch(kTiny.V, kB, kT, 3);
@@ -202,11 +202,11 @@ TEST_CASE("fp16 without loss scaling flushes small gradients to zero; the scaled
              << " to zero, with loss scale 2^16 " << lost_scaled << " (and kept " << kept << " of the "
              << lost_plain << "); max abs error " << err_plain.max_abs_err / gmax << " vs "
              << err_scaled.max_abs_err / gmax << " of max|g|");
-  CHECK(lost_plain >= nonzero / 10);               // measured: 4367 of 28032
-  CHECK(lost_scaled <= nonzero / 1000);            // measured: 5
+  CHECK(lost_plain >= nonzero / 10);               // measured: 4365 of 28030
+  CHECK(lost_scaled <= nonzero / 1000);            // measured: 4
   CHECK(kept >= lost_plain - lost_scaled);         // the scaled run keeps what the plain one lost
   CHECK(err_plain.max_abs_err > 0.05 * gmax);      // measured: 14% of the largest gradient
-  CHECK(err_scaled.max_abs_err < 0.01 * gmax);     // measured: 0.08%
+  CHECK(err_scaled.max_abs_err < 0.01 * gmax);     // measured: 0.09%
 }
 
 TEST_CASE("inf/NaN gradients skip the step: parameters and Adam state bitwise unchanged",
