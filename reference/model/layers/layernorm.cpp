@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstddef>
 
+#include "core/reduce.hpp"
+
 namespace scalelab {
 
 template <typename F>
@@ -11,15 +13,12 @@ void layernorm_forward(F* out, F* mean, F* rstd, const F* inp, const F* weight, 
   const F eps = F(1e-5);
   for (int i = 0; i < N; ++i) {
     const F* x = inp + static_cast<std::size_t>(i) * C;
-    F m = 0;
-    for (int c = 0; c < C; ++c) m += x[c];
-    m /= C;
-    F v = 0;
-    for (int c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
-    v /= C;
-    const F s = F(1) / std::sqrt(v + eps);
     F* o = out + static_cast<std::size_t>(i) * C;
-    for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+    const F m = reduce_sum(x, C) / C;
+    for (int c = 0; c < C; ++c) o[c] = x[c] - m;  // centred input, kept in out for the next two steps
+    const F v = reduce_dot(o, o, C) / C;          // biased variance
+    const F s = F(1) / std::sqrt(v + eps);
+    for (int c = 0; c < C; ++c) o[c] = o[c] * s * weight[c] + bias[c];
     mean[i] = m;
     rstd[i] = s;
   }
@@ -35,21 +34,20 @@ void layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* i
     F* dx = dinp + static_cast<std::size_t>(i) * C;
     const F m = mean[i], s = rstd[i];
     // dnorm = dout * weight; dx = rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat))
-    F dnorm_mean = 0, dnorm_xhat_mean = 0;
+    // (sum_over: core/reduce.hpp, a sum over c of the term)
+    const F dnorm_mean = sum_over<F>(C, [&](int c) { return d[c] * weight[c]; }) / C;
+    const F dnorm_xhat_mean = sum_over<F>(C, [&](int c) { return d[c] * weight[c] * ((x[c] - m) * s); }) / C;
     for (int c = 0; c < C; ++c) {
       const F xhat = (x[c] - m) * s;
       const F dnorm = d[c] * weight[c];
-      dnorm_mean += dnorm;
-      dnorm_xhat_mean += dnorm * xhat;
+      dx[c] += s * (dnorm - dnorm_mean - xhat * dnorm_xhat_mean);
     }
-    dnorm_mean /= C;
-    dnorm_xhat_mean /= C;
+    // The parameter gradients in a loop of their own: with fewer arrays per loop the compiler can
+    // check at run time that they do not overlap and use SIMD.
     for (int c = 0; c < C; ++c) {
       const F xhat = (x[c] - m) * s;
-      const F dnorm = d[c] * weight[c];
       dbias[c] += d[c];
       dweight[c] += xhat * d[c];
-      dx[c] += s * (dnorm - dnorm_mean - xhat * dnorm_xhat_mean);
     }
   }
   // LAB 00 END
