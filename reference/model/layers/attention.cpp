@@ -14,7 +14,7 @@
 namespace scalelab {
 
 namespace {
-constexpr int kQueryBlock = 64;  // rows of queries per causal block (see attention_forward)
+constexpr int kQueryBlock = 64;  // queries (and keys) per causal block (see attention_forward)
 }
 
 template <typename F>
@@ -73,9 +73,14 @@ void attention_backward(F* dqkv, F* scratch, const F* dout, const F* qkv, const 
       const F* a = att + (static_cast<std::size_t>(b) * NH + h) * T * T;
       const F* d = dout + static_cast<std::size_t>(b) * T * C + h * hs;
       F* da = scratch;
-      // da (T,T) = dout (T,hs) @ v^T ;  dv (T,hs) = a^T (T,T) @ dout (T,hs)
-      gemm<F>(false, true, T, T, hs, F(1), d, C, v, C3, F(0), da, T);
-      gemm<F>(true, false, T, hs, T, F(1), a, T, d, C, F(0), dv, C3);
+      // Only the blocks on or below the diagonal can be non-zero (see attention_forward): query
+      // block [t0, t1) involves keys [0, t1), key block [u0, u1) gets gradient from queries [u0, T).
+      // da[t0:t1, 0:t1] = dout[t0:t1] (t1-t0,hs) @ v[0:t1]^T (hs,t1)
+      for (int t0 = 0; t0 < T; t0 += kQueryBlock) {
+        const int t1 = std::min(T, t0 + kQueryBlock);
+        gemm<F>(false, true, t1 - t0, t1, hs, F(1), d + static_cast<std::size_t>(t0) * C, C, v, C3, F(0),
+                da + static_cast<std::size_t>(t0) * T, T);
+      }
       // softmax backward, in place: ds = a * (da - sum_u a*da); zero above the diagonal
       for (int t = 0; t < T; ++t) {
         const F* arow = a + static_cast<std::size_t>(t) * T;
@@ -84,9 +89,21 @@ void attention_backward(F* dqkv, F* scratch, const F* dout, const F* qkv, const 
         for (int u = 0; u <= t; ++u) row[u] = arow[u] * (row[u] - dot);
         for (int u = t + 1; u < T; ++u) row[u] = F(0);
       }
-      // dq = scale * ds @ k ;  dk = scale * ds^T @ q
-      gemm<F>(false, false, T, hs, T, scale, da, T, k, C3, F(0), dq, C3);
-      gemm<F>(true, false, T, hs, T, scale, da, T, q, C3, F(0), dk, C3);
+      // dq[t0:t1] (t1-t0,hs) = scale * ds[t0:t1, 0:t1] @ k[0:t1] (t1,hs)
+      for (int t0 = 0; t0 < T; t0 += kQueryBlock) {
+        const int t1 = std::min(T, t0 + kQueryBlock);
+        gemm<F>(false, false, t1 - t0, hs, t1, scale, da + static_cast<std::size_t>(t0) * T, T, k, C3, F(0),
+                dq + static_cast<std::size_t>(t0) * C3, C3);
+      }
+      // dv[u0:u1] (u1-u0,hs) = a[u0:T, u0:u1]^T @ dout[u0:T] ;  dk[u0:u1] = scale * ds[u0:T, u0:u1]^T @ q[u0:T]
+      for (int u0 = 0; u0 < T; u0 += kQueryBlock) {
+        const int u1 = std::min(T, u0 + kQueryBlock);
+        const std::size_t corner = static_cast<std::size_t>(u0) * T + u0;  // element [u0, u0] of a (T,T)
+        gemm<F>(true, false, u1 - u0, hs, T - u0, F(1), a + corner, T, d + static_cast<std::size_t>(u0) * C, C, F(0),
+                dv + static_cast<std::size_t>(u0) * C3, C3);
+        gemm<F>(true, false, u1 - u0, hs, T - u0, scale, da + corner, T, q + static_cast<std::size_t>(u0) * C3, C3,
+                F(0), dk + static_cast<std::size_t>(u0) * C3, C3);
+      }
     }
   // LAB 00 END
 }
