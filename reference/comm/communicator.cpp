@@ -1,0 +1,183 @@
+// The Communicator's public calls: argument checks, counters and the watchdog, around the
+// backend's do_* hooks. Built-in collectives are counted with the bytes a ring moves per rank
+// (comm/partition.hpp), the volume a bandwidth-optimal algorithm needs, since a library's own
+// traffic is hidden from us.
+#include "comm/communicator.hpp"
+
+#include <chrono>
+#include <exception>
+#include <limits>
+
+#include "core/error.hpp"
+
+namespace scalelab {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+constexpr int kMaxTag = 32767;
+
+// Adds one call with its bytes and time to a counter row when it goes out of scope.
+class Counted {
+ public:
+  Counted(OpStats& row, std::size_t bytes_sent, std::size_t bytes_received) : row_(row), t0_(Clock::now()) {
+    row_.calls += 1;
+    row_.bytes_sent += bytes_sent;
+    row_.bytes_received += bytes_received;
+  }
+  ~Counted() { row_.seconds += seconds_since(t0_); }
+  Counted(const Counted&) = delete;
+  Counted& operator=(const Counted&) = delete;
+
+ private:
+  OpStats& row_;
+  Clock::time_point t0_;
+};
+
+}  // namespace
+
+Communicator::Communicator(int rank, int size, int world_rank, std::shared_ptr<Watchdog> watchdog)
+    : rank_(rank), size_(size), world_rank_(world_rank), watchdog_(std::move(watchdog)) {
+  SCALELAB_CHECK(size >= 1 && rank >= 0 && rank < size, "rank ", rank, " of ", size);
+  if (watchdog_) slot_ = watchdog_->register_slot(rank, size, world_rank);
+}
+
+Communicator::~Communicator() {
+  if (watchdog_) watchdog_->unregister_slot(slot_.get());
+}
+
+void Communicator::check_peer(int peer, const char* what) const {
+  SCALELAB_CHECK(peer >= 0 && peer < size_, what, " on rank ", rank_, ": peer ", peer, " is not a rank of this ",
+                 size_, "-rank communicator");
+}
+
+void Communicator::check_buffer(const void* buf, std::size_t count, const char* what) const {
+  SCALELAB_CHECK(buf != nullptr || count == 0, what, " on rank ", rank_, ": null buffer for ", count, " elements");
+}
+
+Request Communicator::isend(const void* buf, std::size_t count, DataType type, int peer, int tag) {
+  check_peer(peer, "isend");
+  check_buffer(buf, count, "isend");
+  SCALELAB_CHECK(tag >= 0 && tag <= kMaxTag, "isend: tag ", tag, " outside [0, ", kMaxTag, "]");
+  Counted counted(stats_[CommOp::kSend], count * dtype_size(type), 0);
+  Request request;
+  request.state_ = do_isend(buf, count, type, peer, tag);
+  request.op_ = CommOp::kSend;
+  request.peer_ = peer;
+  return request;
+}
+
+Request Communicator::irecv(void* buf, std::size_t count, DataType type, int peer, int tag) {
+  check_peer(peer, "irecv");
+  check_buffer(buf, count, "irecv");
+  SCALELAB_CHECK(tag >= 0 && tag <= kMaxTag, "irecv: tag ", tag, " outside [0, ", kMaxTag, "]");
+  Counted counted(stats_[CommOp::kRecv], 0, count * dtype_size(type));
+  Request request;
+  request.state_ = do_irecv(buf, count, type, peer, tag);
+  request.op_ = CommOp::kRecv;
+  request.peer_ = peer;
+  return request;
+}
+
+void Communicator::wait(Request& request) {
+  if (!request.state_) return;
+  const auto t0 = Clock::now();
+  {
+    WatchScope watch(slot_.get(), request.op_, request.peer_);
+    request.state_->wait();
+  }
+  request.state_.reset();
+  stats_[request.op_].seconds += seconds_since(t0);
+}
+
+void Communicator::wait_all(std::span<Request> requests) {
+  for (Request& r : requests) wait(r);
+}
+
+bool Communicator::test(Request& request) {
+  if (!request.state_) return true;
+  const auto t0 = Clock::now();
+  const bool done = request.state_->test();
+  if (done) request.state_.reset();
+  stats_[request.op_].seconds += seconds_since(t0);
+  return done;
+}
+
+void Communicator::send(const void* buf, std::size_t count, DataType type, int peer, int tag) {
+  Request r = isend(buf, count, type, peer, tag);
+  wait(r);
+}
+
+void Communicator::recv(void* buf, std::size_t count, DataType type, int peer, int tag) {
+  Request r = irecv(buf, count, type, peer, tag);
+  wait(r);
+}
+
+void Communicator::all_reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
+  check_buffer(send, count, "all_reduce");
+  check_buffer(recv, count, "all_reduce");
+  const RingTraffic t = ring_all_reduce_traffic(count, rank_, size_);
+  const std::size_t e = dtype_size(type);
+  Counted counted(stats_[CommOp::kAllReduce], t.sent * e, t.received * e);
+  WatchScope watch(slot_.get(), CommOp::kAllReduce, -1);
+  do_all_reduce(send, recv, count, type, op);
+}
+
+Request Communicator::iall_reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
+  check_buffer(send, count, "iall_reduce");
+  check_buffer(recv, count, "iall_reduce");
+  const RingTraffic t = ring_all_reduce_traffic(count, rank_, size_);
+  const std::size_t e = dtype_size(type);
+  Counted counted(stats_[CommOp::kAllReduce], t.sent * e, t.received * e);
+  Request request;
+  request.state_ = do_iall_reduce(send, recv, count, type, op);
+  request.op_ = CommOp::kAllReduce;
+  return request;
+}
+
+void Communicator::reduce_scatter(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
+  check_buffer(send, count, "reduce_scatter");
+  check_buffer(recv, partition(count).size(rank_), "reduce_scatter");
+  const RingTraffic t = ring_reduce_scatter_traffic(count, rank_, size_);
+  const std::size_t e = dtype_size(type);
+  Counted counted(stats_[CommOp::kReduceScatter], t.sent * e, t.received * e);
+  WatchScope watch(slot_.get(), CommOp::kReduceScatter, -1);
+  do_reduce_scatter(send, recv, count, type, op);
+}
+
+void Communicator::all_gather(const void* send, void* recv, std::size_t count, DataType type) {
+  check_buffer(send, partition(count).size(rank_), "all_gather");
+  check_buffer(recv, count, "all_gather");
+  const RingTraffic t = ring_all_gather_traffic(count, rank_, size_);
+  const std::size_t e = dtype_size(type);
+  Counted counted(stats_[CommOp::kAllGather], t.sent * e, t.received * e);
+  WatchScope watch(slot_.get(), CommOp::kAllGather, -1);
+  do_all_gather(send, recv, count, type);
+}
+
+void Communicator::broadcast(void* buf, std::size_t count, DataType type, int root) {
+  check_peer(root, "broadcast root");
+  check_buffer(buf, count, "broadcast");
+  // A pipelined chain moves S bytes into every rank but the root: busbw factor 1 (nccl-tests).
+  const std::size_t bytes = size_ > 1 ? count * dtype_size(type) : 0;
+  Counted counted(stats_[CommOp::kBroadcast], rank_ == root ? bytes : 0, rank_ == root ? 0 : bytes);
+  WatchScope watch(slot_.get(), CommOp::kBroadcast, root);
+  do_broadcast(buf, count, type, root);
+}
+
+void Communicator::barrier() {
+  Counted counted(stats_[CommOp::kBarrier], 0, 0);
+  WatchScope watch(slot_.get(), CommOp::kBarrier, -1);
+  do_barrier();
+}
+
+std::unique_ptr<Communicator> Communicator::split(int color, int key) {
+  SCALELAB_CHECK(color >= 0, "split on rank ", rank_, ": color must be >= 0, got ", color);
+  Counted counted(stats_[CommOp::kSplit], 0, 0);
+  WatchScope watch(slot_.get(), CommOp::kSplit, -1);
+  return do_split(color, key);
+}
+
+}  // namespace scalelab

@@ -1,0 +1,245 @@
+// The MPI backend: each Communicator call maps onto one MPI call. Uneven reduce-scatter and
+// all-gather use the v-variants with BlockPartition's counts.
+#include "comm/mpi/mpi_communicator.hpp"
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <vector>
+
+#include "core/error.hpp"
+
+namespace scalelab {
+
+void check_mpi(int rc, const char* call, const char* file, int line) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS) std::snprintf(text, sizeof text, "error code %d", rc);
+  throw Error(detail::concat(file, ":", line, ": ", call, " failed on rank ", MpiSession::world_rank(), ": ", text));
+}
+
+MPI_Datatype mpi_datatype(DataType t) {
+  switch (t) {
+    case DataType::kUInt8: return MPI_UINT8_T;
+    case DataType::kInt32: return MPI_INT32_T;
+    case DataType::kInt64: return MPI_INT64_T;
+    case DataType::kFloat32: return MPI_FLOAT;
+    case DataType::kFloat64: return MPI_DOUBLE;
+  }
+  throw Error(detail::concat("unknown DataType ", static_cast<int>(t)));
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return MPI_SUM;
+    case ReduceOp::kMax: return MPI_MAX;
+    case ReduceOp::kMin: return MPI_MIN;
+  }
+  throw Error(detail::concat("unknown ReduceOp ", static_cast<int>(op)));
+}
+
+namespace {
+
+// MPI counts are ints; a larger message would need splitting, which nothing here needs yet.
+int mpi_count(std::size_t count) {
+  SCALELAB_CHECK(count <= static_cast<std::size_t>(INT_MAX), "MPI message of ", count,
+                 " elements exceeds INT_MAX; split it into smaller messages");
+  return static_cast<int>(count);
+}
+
+class MpiRequestState final : public RequestState {
+ public:
+  MPI_Request request = MPI_REQUEST_NULL;
+  ~MpiRequestState() override {
+    if (request == MPI_REQUEST_NULL) return;
+    // Never waited on: wait, so that MPI stops using the buffer before its owner frees it. While
+    // an exception unwinds the job is about to be aborted and the peer may never answer: release.
+    if (std::uncaught_exceptions() > 0)
+      MPI_Request_free(&request);
+    else
+      MPI_Wait(&request, MPI_STATUS_IGNORE);
+  }
+  void wait() override { SCALELAB_MPI_CHECK(MPI_Wait(&request, MPI_STATUS_IGNORE)); }
+  bool test() override {
+    int done = 0;
+    SCALELAB_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    return done != 0;
+  }
+};
+
+// Element counts and offsets of the blocks, for the v-variants.
+void block_layout(std::size_t count, int n, std::vector<int>& counts, std::vector<int>& displs) {
+  const BlockPartition p{count, n};
+  counts.resize(static_cast<std::size_t>(n));
+  displs.resize(static_cast<std::size_t>(n));
+  for (int b = 0; b < n; ++b) {
+    counts[static_cast<std::size_t>(b)] = mpi_count(p.size(b));
+    displs[static_cast<std::size_t>(b)] = mpi_count(p.offset(b));
+  }
+}
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::shared_ptr<Watchdog> watchdog)
+    : Communicator(
+          [&] {
+            int r = 0;
+            MPI_Comm_rank(comm, &r);
+            return r;
+          }(),
+          [&] {
+            int s = 1;
+            MPI_Comm_size(comm, &s);
+            return s;
+          }(),
+          MpiSession::world_rank(), std::move(watchdog)),
+      comm_(comm) {
+  SCALELAB_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_NULL && comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
+}
+
+std::unique_ptr<RequestState> MpiCommunicator::do_isend(const void* buf, std::size_t count, DataType type, int peer,
+                                                        int tag) {
+  auto state = std::make_unique<MpiRequestState>();
+  SCALELAB_MPI_CHECK(MPI_Isend(buf, mpi_count(count), mpi_datatype(type), peer, tag, comm_, &state->request));
+  return state;
+}
+
+std::unique_ptr<RequestState> MpiCommunicator::do_irecv(void* buf, std::size_t count, DataType type, int peer,
+                                                        int tag) {
+  auto state = std::make_unique<MpiRequestState>();
+  SCALELAB_MPI_CHECK(MPI_Irecv(buf, mpi_count(count), mpi_datatype(type), peer, tag, comm_, &state->request));
+  return state;
+}
+
+void MpiCommunicator::do_all_reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
+  const void* in = send == recv ? MPI_IN_PLACE : send;
+  SCALELAB_MPI_CHECK(MPI_Allreduce(in, recv, mpi_count(count), mpi_datatype(type), mpi_op(op), comm_));
+}
+
+std::unique_ptr<RequestState> MpiCommunicator::do_iall_reduce(const void* send, void* recv, std::size_t count,
+                                                              DataType type, ReduceOp op) {
+  auto state = std::make_unique<MpiRequestState>();
+  const void* in = send == recv ? MPI_IN_PLACE : send;
+  SCALELAB_MPI_CHECK(
+      MPI_Iallreduce(in, recv, mpi_count(count), mpi_datatype(type), mpi_op(op), comm_, &state->request));
+  return state;
+}
+
+void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_t count, DataType type,
+                                        ReduceOp op) {
+  const int n = size();
+  const BlockPartition p = partition(count);
+  const std::size_t elem = dtype_size(type);
+  const std::size_t mine = p.size(rank());
+  const MPI_Datatype dt = mpi_datatype(type);
+  // In place (recv == send + offset(rank)): MPI's in-place form leaves the result at the start
+  // of the buffer, so move it to this rank's block afterwards.
+  const bool in_place = static_cast<const char*>(send) + p.offset(rank()) * elem == static_cast<const char*>(recv);
+  void* full = const_cast<void*>(send);  // in place: the caller handed us the buffer to overwrite
+  if (count % static_cast<std::size_t>(n) == 0) {
+    if (in_place)
+      SCALELAB_MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, full, mpi_count(mine), dt, mpi_op(op), comm_));
+    else
+      SCALELAB_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, mpi_count(mine), dt, mpi_op(op), comm_));
+  } else {
+    std::vector<int> counts, displs;
+    block_layout(count, n, counts, displs);
+    if (in_place)
+      SCALELAB_MPI_CHECK(MPI_Reduce_scatter(MPI_IN_PLACE, full, counts.data(), dt, mpi_op(op), comm_));
+    else
+      SCALELAB_MPI_CHECK(MPI_Reduce_scatter(send, recv, counts.data(), dt, mpi_op(op), comm_));
+  }
+  if (in_place && recv != full && mine) std::memmove(recv, full, mine * elem);
+}
+
+void MpiCommunicator::do_all_gather(const void* send, void* recv, std::size_t count, DataType type) {
+  const int n = size();
+  const BlockPartition p = partition(count);
+  const std::size_t elem = dtype_size(type);
+  const MPI_Datatype dt = mpi_datatype(type);
+  const bool in_place = static_cast<const char*>(recv) + p.offset(rank()) * elem == static_cast<const char*>(send);
+  const void* in = in_place ? MPI_IN_PLACE : send;
+  if (count % static_cast<std::size_t>(n) == 0) {
+    const int block = mpi_count(count / static_cast<std::size_t>(n));
+    SCALELAB_MPI_CHECK(MPI_Allgather(in, block, dt, recv, block, dt, comm_));
+  } else {
+    std::vector<int> counts, displs;
+    block_layout(count, n, counts, displs);
+    SCALELAB_MPI_CHECK(MPI_Allgatherv(in, counts[static_cast<std::size_t>(rank())], dt, recv, counts.data(),
+                                      displs.data(), dt, comm_));
+  }
+}
+
+void MpiCommunicator::do_broadcast(void* buf, std::size_t count, DataType type, int root) {
+  SCALELAB_MPI_CHECK(MPI_Bcast(buf, mpi_count(count), mpi_datatype(type), root, comm_));
+}
+
+void MpiCommunicator::do_barrier() { SCALELAB_MPI_CHECK(MPI_Barrier(comm_)); }
+
+std::unique_ptr<Communicator> MpiCommunicator::do_split(int color, int key) {
+  MPI_Comm sub = MPI_COMM_NULL;
+  SCALELAB_MPI_CHECK(MPI_Comm_split(comm_, color, key, &sub));
+  return std::make_unique<MpiCommunicator>(sub, watchdog());
+}
+
+// ---- the session -------------------------------------------------------------------------------
+
+MpiSession::MpiSession() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) return;
+  // FUNNELED: only the main thread communicates; the watchdog thread only ever calls MPI_Abort.
+  int provided = 0;
+  SCALELAB_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
+  owns_mpi_ = true;
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+}
+
+MpiSession::~MpiSession() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (owns_mpi_ && !finalized) MPI_Finalize();
+}
+
+int MpiSession::world_rank() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) return 0;
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+int MpiSession::world_size() {
+  int s = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+std::unique_ptr<MpiCommunicator> MpiSession::world(const CommOptions& options) {
+  std::shared_ptr<Watchdog> watchdog;
+  if (options.timeout_seconds > 0)
+    watchdog = std::make_shared<Watchdog>(options.timeout_seconds,
+                                          [](const std::string& message) { abort_job(message, 3); });
+  MPI_Comm dup = MPI_COMM_NULL;
+  SCALELAB_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+  return std::make_unique<MpiCommunicator>(dup, std::move(watchdog));
+}
+
+void MpiSession::abort_job(const std::string& message, int exit_code) {
+  std::fprintf(stderr, "scalelab: %s\n", message.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::abort();  // MPI_Abort does not return; if it ever did, still end this process
+}
+
+}  // namespace scalelab

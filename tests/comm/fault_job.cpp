@@ -1,0 +1,55 @@
+// A small multi-rank job for the fault tests: ranks all-reduce in a loop, and one rank fails on
+// purpose at step 3. run_fault_case.cmake launches it under mpiexec and checks that the whole
+// job ends non-zero within 30 s and that its output names the failed rank.
+//   comm_fault_job throw|kill|hang|grid [fail_rank]
+//     throw  the rank throws: CommRuntime::run reports it and calls MPI_Abort
+//     kill   the rank is killed (SIGKILL): mpirun notices and ends the job
+//     hang   the rank sleeps forever: the others' watchdog (5 s here) ends the job
+//     grid   every rank builds a 2x2 grid on 3 ranks: the ConfigError ends the job
+#include <csignal>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/grid.hpp"
+#include "comm/ring.hpp"
+#include "comm/runtime.hpp"
+#include "core/error.hpp"
+
+int main(int argc, char** argv) {
+  using namespace scalelab;
+  const std::string mode = argc > 1 ? argv[1] : "";
+  const int fail_rank = argc > 2 ? std::stoi(argv[2]) : 1;
+  if (mode != "throw" && mode != "kill" && mode != "hang" && mode != "grid") {
+    std::fprintf(stderr, "usage: comm_fault_job throw|kill|hang|grid [fail_rank]\n");
+    return 2;
+  }
+  try {
+    CommOptions options;
+    options.timeout_seconds = 5;
+    CommRuntime runtime(Backend::kMpi, options);
+    return runtime.run([&](Communicator& world) {
+      if (mode == "grid") {
+        ProcessGrid grid(world, GridShape{1, 2, 2});
+        return 0;
+      }
+      std::vector<float> x(1 << 16, 1.0f);
+      for (int step = 0; step < 10; ++step) {
+        if (world.rank() == fail_rank && step == 3) {
+          if (mode == "throw") throw Error("deliberate failure at step " + std::to_string(step));
+          if (mode == "kill") std::raise(SIGKILL);
+          if (mode == "hang")
+            for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+        }
+        ring_all_reduce(world, x.data(), x.size());
+        world.all_reduce(x.data(), x.size());
+      }
+      return 0;
+    });
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,27 @@
+// main() of test_comm_mpi: MPI up, Catch2 on every rank, one verdict for all ranks. A test that
+// leaves the ranks waiting on each other (a broken lab solution, a mismatched collective) is
+// ended by the watchdog after 20 s with a message naming the waiting rank, never a hang.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include "comm/runtime.hpp"
+#include "world.hpp"
+
+namespace {
+scalelab::Communicator* g_world = nullptr;
+}
+
+scalelab::Communicator& scalelab_test::test_world() { return *g_world; }
+
+int main(int argc, char** argv) {
+  scalelab::CommOptions options;
+  options.timeout_seconds = 20;
+  scalelab::CommRuntime runtime(scalelab::Backend::kMpi, options);
+  g_world = &runtime.world();
+  const int failed = Catch::Session().run(argc, argv);
+  // Every rank exits with the worst result, so mpiexec's status is the job's.
+  int worst = failed;
+  runtime.world().all_reduce(&worst, 1);
+  g_world = nullptr;
+  return worst == 0 ? 0 : 1;
+}
