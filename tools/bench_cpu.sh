@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# Our CPU training step against PyTorch's, side by side on this machine: builds bench/bench_step,
+# then runs it and the PyTorch peer (../shared/peers/torch_gpt_bench.py, the same GPT shape,
+# forward + backward + AdamW) one after the other, single-threaded, for several alternating
+# rounds, prints a table with the ratio and writes it to docs/results/cpu.md.
+#
+#   bash tools/bench_cpu.sh                      # mini shape, 3 rounds of 10 steps each
+#   bash tools/bench_cpu.sh --rounds 5 --steps 10
+#   bash tools/bench_cpu.sh --march native       # also a build with -march=native (repeatable)
+#   bash tools/bench_cpu.sh --no-write           # print only
+# Shape flags (--V --T --C --L --H --B) go to both programs; the defaults are the mini config.
+#
+# Single-threaded means one thread for everything: BLAS pinned to 1 thread in both programs
+# (OPENBLAS_NUM_THREADS=1; PyTorch's --threads 1 alone leaves OpenBLAS's own pool running).
+# Each program reports the median step over --steps steps after 2 warm-up steps. Two numbers per
+# step: wall-clock time (what the peer reports, tokens/s) and the process's CPU time, which on a
+# shared machine is the steadier of the two; the peer's CPU time is read through a wrapper that
+# records time.process_time() beside each of its own time.perf_counter() calls.
+#
+# The default build is the portable one (no -march: SSE2 code for our own loops; OpenBLAS picks
+# its kernels at run time either way). An --march X build adds -march=X -ffp-contract=off: wider
+# SIMD for our loops, and no fused multiply-add contraction, so it computes the same bits.
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+
+rounds=3 steps=10 write=1
+marches=()
+peer="$repo/../shared/peers/torch_gpt_bench.py"
+python=/usr/bin/python3  # Debian's interpreter, the one with torch
+declare -A mini=([V]=256 [T]=256 [C]=256 [L]=4 [H]=4 [B]=16) shape
+for k in "${!mini[@]}"; do shape[$k]="${mini[$k]}"; done
+usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --rounds) rounds="$2"; shift 2 ;;
+    --steps) steps="$2"; shift 2 ;;
+    --march) marches+=("$2"); shift 2 ;;
+    --peer) peer="$2"; shift 2 ;;
+    --no-write) write=0; shift ;;
+    --V|--T|--C|--L|--H|--B) shape[${1#--}]="$2"; shift 2 ;;
+    -h|--help) usage 0 ;;
+    *) echo "bench_cpu.sh: unknown argument '$1'; see --help" >&2; exit 2 ;;
+  esac
+done
+[[ "$rounds" -ge 1 && "$steps" -ge 1 ]] || { echo "bench_cpu.sh: --rounds and --steps must be at least 1" >&2; exit 2; }
+[[ -f "$peer" ]] || { echo "bench_cpu.sh: the PyTorch peer '$peer' is missing; pass --peer PATH/torch_gpt_bench.py" >&2; exit 2; }
+"$python" -c "import torch" 2>/dev/null || { echo "bench_cpu.sh: $python cannot import torch; install python3-torch (Debian)" >&2; exit 2; }
+
+# One build directory per set of compiler flags; only the bench_step target is built.
+names=("portable") dirs=("$repo/build/bench-cpu") flagsets=("")
+for m in "${marches[@]}"; do
+  names+=("-march=$m") dirs+=("$repo/build/bench-cpu-$m") flagsets+=("-march=$m -ffp-contract=off")
+done
+for i in "${!names[@]}"; do
+  echo "== building bench_step (${names[$i]}) in ${dirs[$i]}"
+  cmake -S "$repo" -B "${dirs[$i]}" -DCMAKE_BUILD_TYPE=Release -DSCALELAB_CUDA=OFF -DSCALELAB_BUILD_TESTS=OFF \
+    -DSCALELAB_BUILD_BENCH=ON "-DCMAKE_CXX_FLAGS=${flagsets[$i]}" >/dev/null
+  cmake --build "${dirs[$i]}" --target bench_step -j2 >/dev/null
+done
+
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+shape_args=()
+for k in V T C L H B; do shape_args+=("--$k" "${shape[$k]}"); done
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
+
+# The peer, unchanged, with its clock calls observed: every time.perf_counter() call also
+# records the CPU time, so (start, end) pairs give the CPU time of each timed step.
+cat >"$work/peer_cpu.py" <<'EOF'
+import json, runpy, sys, time
+wall, cpu_marks = time.perf_counter, []
+def observed_perf_counter():
+    cpu_marks.append(time.process_time())
+    return wall()
+time.perf_counter = observed_perf_counter
+peer, out = sys.argv[1], sys.argv[2]
+sys.argv = [peer] + sys.argv[3:]
+runpy.run_path(peer, run_name="__main__")
+steps = sorted(b - a for a, b in zip(cpu_marks[0::2], cpu_marks[1::2]))
+json.dump(dict(cpu_ms_per_step=1e3 * steps[len(steps) // 2]), open(out, "w"))
+EOF
+
+for ((r = 1; r <= rounds; ++r)); do
+  for i in "${!names[@]}"; do
+    echo "== round $r/$rounds: scalelab (${names[$i]})"
+    "${dirs[$i]}/bench/bench_step" "${shape_args[@]}" --steps "$steps" --threads 1 \
+      --benchmark_format=json --benchmark_out="$work/ours_${i}_$r.json" --benchmark_out_format=json >/dev/null
+  done
+  echo "== round $r/$rounds: PyTorch"
+  "$python" "$work/peer_cpu.py" "$peer" "$work/peer_cpu_$r.json" "${shape_args[@]}" --steps "$steps" --threads 1 \
+    >"$work/peer_$r.json"
+done
+load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
+
+machine="$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)"
+commit="$(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+if [[ -n "$(git -C "$repo" status --porcelain --untracked-files=no -- reference bench 2>/dev/null)" ]]; then
+  commit="$commit (plus uncommitted changes under reference/ or bench/)"
+fi
+cmd="bash tools/bench_cpu.sh --rounds $rounds --steps $steps"
+for m in "${marches[@]}"; do cmd+=" --march $m"; done
+for k in V T C L H B; do [[ "${shape[$k]}" == "${mini[$k]}" ]] || cmd+=" --$k ${shape[$k]}"; done
+
+"$python" - "$work" "$rounds" "$write" "$repo/docs/results/cpu.md" "$machine" "$(nproc)" "$commit" \
+  "$("$python" -c 'import torch; print(torch.__version__)')" "$cmd" "$load_before" "$load_after" \
+  "${shape_args[*]}" "$steps" "$(IFS='|'; echo "${names[*]}")" "$("${CXX:-c++}" --version | head -1)" <<'EOF'
+import datetime, json, statistics, sys
+(work, rounds, write, out_md, machine, cores, commit, torch_version, cmd, load0, load1, shape, steps, names,
+ compiler) = sys.argv[1:]
+rounds, names = int(rounds), names.split("|")
+
+def ours(i, r):
+    med = next(b for b in json.load(open(f"{work}/ours_{i}_{r}.json"))["benchmarks"]
+               if b.get("aggregate_name") == "median")
+    to_ms = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[med["time_unit"]]
+    return dict(ms=med["real_time"] * to_ms, tok=med["tokens_per_s"], gf=med["GFLOP_per_s"],
+                cpu=med["cpu_time"] * to_ms)
+
+def peer(r):
+    p = json.loads(open(f"{work}/peer_{r}.json").read().strip().splitlines()[-1])
+    cpu = json.load(open(f"{work}/peer_cpu_{r}.json"))["cpu_ms_per_step"]
+    return dict(ms=p["ms_per_step"], tok=p["tokens_per_s"], gf=p["gflops"], cpu=cpu), p["peer"]
+
+programs = [f"scalelab ({n})" for n in names]
+runs = {}  # (program, round) -> numbers
+for r in range(1, rounds + 1):
+    for i, prog in enumerate(programs):
+        runs[prog, r] = ours(i, r)
+    runs["PyTorch", r], peer_name = peer(r)
+programs.append("PyTorch")
+
+header = ("| round | program | ms/step | tokens/s | GFLOP/s | CPU ms/step | tokens/s vs PyTorch "
+          "| CPU time vs PyTorch |\n|---|---|---:|---:|---:|---:|---:|---:|")
+def row(label, prog, x, ref):
+    return (f"| {label} | {prog} | {x['ms']:,.0f} | {x['tok']:,.0f} | {x['gf']:.1f} | {x['cpu']:,.0f} "
+            f"| **{x['tok'] / ref['tok']:.2f}x** | {ref['cpu'] / x['cpu']:.2f}x |")
+lines = [header]
+for r in range(1, rounds + 1):
+    for prog in programs:
+        lines.append(row(str(r), prog, runs[prog, r], runs["PyTorch", r]))
+med = {p: {k: statistics.median(runs[p, r][k] for r in range(1, rounds + 1)) for k in runs[p, 1]} for p in programs}
+summary = [header] + [row("median", p, med[p], med["PyTorch"]) for p in programs]
+table, summary = "\n".join(lines), "\n".join(summary)
+print("\n" + summary + "\n\nper round:\n" + table)
+print("\nx vs PyTorch: tokens/s over PyTorch's (wall clock), and PyTorch's CPU time per step over ours")
+
+if write == "1":
+    now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    tokens = runs[programs[0], 1]["tok"] * runs[programs[0], 1]["ms"] / 1e3
+    doc = f"""# CPU training step: scalelab against PyTorch
+
+Written by `tools/bench_cpu.sh`; rerun it to replace this file (see the script's header for the options).
+
+- Machine: {machine}, {cores} cores (lscpu); load average before / after: {load0} / {load1}
+- Date: {now}; scalelab commit {commit}; compiler: {compiler}; peer: {peer_name}
+- Command: `{cmd}`
+- Shape: {shape} ({tokens:,.0f} tokens per step). Each program: forward + backward + AdamW,
+  median of {steps} steps after 2 warm-up steps; the programs alternate, round by round.
+- Threads: one for everything (OPENBLAS_NUM_THREADS=1, `--threads 1`); both use the same OpenBLAS.
+- FLOPs per step as the peer counts them: 6 P B T + 12 L B T T C.
+- Builds: "portable" is the default Release build (no -march); "-march=X" adds
+  `-march=X -ffp-contract=off` (wider SIMD in our own loops, the same bits).
+
+## Medians over {rounds} rounds
+
+{summary}
+
+"tokens/s vs PyTorch" is the ratio the target (at least 1.5x) is about. "CPU time vs PyTorch"
+compares CPU time per step, which other processes on a shared machine disturb less than the wall
+clock; where the two disagree, the machine was busy.
+
+## Every round
+
+{table}
+"""
+    with open(out_md, "w") as f:
+        f.write(doc)
+    print(f"wrote {out_md}")
+EOF
