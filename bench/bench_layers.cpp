@@ -1,13 +1,20 @@
 // Per-layer benchmarks: forward and backward of every layer function at the shapes the mini
 // config uses (B=16, T=256, C=256, NH=4, V=256), single-threaded BLAS, in float. The counters
 // say what bounds each layer: GFLOP/s for the matrix products, GB/s (bytes read + written once)
-// for the elementwise and row-wise layers. Run with --benchmark_filter=<regex> to pick layers.
+// for the elementwise and row-wise layers. Also fast_exp/fast_tanh (core/fastmath.hpp) against
+// std::exp/std::tanh: ns per value, and max_ulp, the worst error over a sample of all floats.
+// Run with --benchmark_filter=<regex> to pick some.
 #include <benchmark/benchmark.h>
 
+#include <bit>
+#include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "core/blas.hpp"
+#include "core/fastmath.hpp"
 #include "core/memory.hpp"
 #include "core/rng.hpp"
 #include "model/layers/attention.hpp"
@@ -227,8 +234,62 @@ void BM_adamw_step(benchmark::State& st) {
   set_bytes(st, 7.0 * 4 * n);  // read p, g, m, v; write p, m, v
 }
 
+// ---- core/fastmath.hpp: throughput, and the worst error in ulp against the double functions ---
+// Error of got against the exact value ref, in units of the float spacing at ref (inf counts as
+// the float after FLT_MAX, so an overflow that rounds up by one is 1 ulp, not infinitely many).
+double ulp_error(float got, double ref) {
+  const double max = std::numeric_limits<float>::max();
+  const double r = std::fabs(ref) > max ? std::copysign(2.0 * max, ref) : ref;  // inf -> one step past max
+  const double g = std::isinf(got) ? std::copysign(2.0 * max, got) : got;
+  const float rf = static_cast<float>(std::fabs(r) >= max ? std::copysign(max, r) : r);
+  const double spacing = std::fabs(rf) >= max ? max * 0x1p-23 : std::nextafter(std::fabs(rf), INFINITY) - std::fabs(rf);
+  return std::fabs(g - r) / spacing;
+}
+// Every 61st float bit pattern (about 70 million inputs, both signs, all exponents), NaN skipped.
+template <typename Fast, typename Exact>
+double max_ulp_error(Fast fast, Exact exact) {
+  double worst = 0;
+  for (std::uint64_t bits = 0; bits < (1ull << 32); bits += 61) {
+    const float x = std::bit_cast<float>(static_cast<std::uint32_t>(bits));
+    if (std::isnan(x)) continue;
+    const double e = ulp_error(fast(x), exact(static_cast<double>(x)));
+    worst = e > worst ? e : worst;
+  }
+  return worst;
+}
+template <typename Fast>
+void run_elementwise(benchmark::State& st, Fast fast) {
+  const std::size_t n = 1 << 20;
+  auto x = random_vector(n, 1, 4.0);
+  std::vector<float> y(n);
+  for (auto _ : st) {
+    for (std::size_t i = 0; i < n; ++i) y[i] = fast(x[i]);
+    benchmark::ClobberMemory();
+  }
+  st.counters["ns_per_value"] =
+      benchmark::Counter(1e-9 * n, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+void BM_fast_exp(benchmark::State& st) {
+  run_elementwise(st, [](float v) { return scalelab::fast_exp(v); });
+  static const double worst =  // once: Google Benchmark calls this function several times
+      max_ulp_error([](float v) { return scalelab::fast_exp(v); }, [](double v) { return std::exp(v); });
+  st.counters["max_ulp"] = worst;
+}
+void BM_std_exp(benchmark::State& st) { run_elementwise(st, [](float v) { return std::exp(v); }); }
+void BM_fast_tanh(benchmark::State& st) {
+  run_elementwise(st, [](float v) { return scalelab::fast_tanh(v); });
+  static const double worst =
+      max_ulp_error([](float v) { return scalelab::fast_tanh(v); }, [](double v) { return std::tanh(v); });
+  st.counters["max_ulp"] = worst;
+}
+void BM_std_tanh(benchmark::State& st) { run_elementwise(st, [](float v) { return std::tanh(v); }); }
+
 }  // namespace
 
+BENCHMARK(BM_fast_exp)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_std_exp)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_fast_tanh)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_std_tanh)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_encoder_forward)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_encoder_backward)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_layernorm_forward)->Unit(benchmark::kMicrosecond);
