@@ -202,7 +202,7 @@ TEST_CASE("fp16 without loss scaling flushes small gradients to zero; the scaled
              << " to zero, with loss scale 2^16 " << lost_scaled << " (and kept " << kept << " of the "
              << lost_plain << "); max abs error " << err_plain.max_abs_err / gmax << " vs "
              << err_scaled.max_abs_err / gmax << " of max|g|");
-  CHECK(lost_plain >= nonzero / 10);               // measured: 4365 of 28030
+  CHECK(lost_plain >= nonzero / 10);               // measured: 4367 of 28032
   CHECK(lost_scaled <= nonzero / 1000);            // measured: 4
   CHECK(kept >= lost_plain - lost_scaled);         // the scaled run keeps what the plain one lost
   CHECK(err_plain.max_abs_err > 0.05 * gmax);      // measured: 14% of the largest gradient

@@ -60,7 +60,7 @@ std::pair<double, std::size_t> max_diff(const std::vector<double>& a, const std:
 
 // Per-step tolerances of the loss against fp32, 5-10x what was measured (docs/stages/03):
 // bf16 keeps 8 significant bits (relative rounding 2^-9 = 0.2%), measured max |dloss| 1.6e-3;
-// fp16 keeps 11 (2^-12 = 0.02%), measured 1.1e-4.
+// fp16 keeps 11 (2^-12 = 0.02%), measured 1.0e-4.
 constexpr double kTolBF16 = 1e-2, kTolFP16 = 1e-3;
 }  // namespace
 
