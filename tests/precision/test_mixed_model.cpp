@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "../stages/batch.hpp"
+#include "batch.hpp"
 #include "activation_formula.hpp"
 #include "compare.hpp"
 #include "core/error.hpp"
