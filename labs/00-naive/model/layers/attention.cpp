@@ -8,13 +8,20 @@
 // pick q, k and v of one head out of qkv without copying.
 #include "model/layers/attention.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <stdexcept>
 
 #include "core/blas.hpp"
+#include "core/fastmath.hpp"
+#include "core/reduce.hpp"
 
 namespace scalelab {
+
+namespace {
+constexpr int kQueryBlock = 64;  // queries (and keys) per causal block (see attention_forward)
+}
 
 template <typename F>
 void attention_forward(F* out, F* att, const F* qkv, int B, int T, int C, int NH) {
@@ -26,24 +33,31 @@ void attention_forward(F* out, F* att, const F* qkv, int B, int T, int C, int NH
       const F* k = q + C;
       const F* v = q + 2 * C;
       F* a = att + (static_cast<std::size_t>(b) * NH + h) * T * T;
-      // a (T,T) = scale * q (T,hs) @ k^T (hs,T)
-      gemm<F>(false, true, T, T, hs, scale, q, C3, k, C3, F(0), a, T);
+      F* o = out + static_cast<std::size_t>(b) * T * C + h * hs;
+      // The causal mask makes the scores above the diagonal dead work: queries [t0, t1) see
+      // only keys [0, t1). Taking the queries in blocks of kQueryBlock rows skips most of them
+      // (the products shrink to about 5/8 of T x T for T = 4 blocks).
+      // a[t0:t1, 0:t1] (rows of a (T,T)) = scale * q[t0:t1] (t1-t0,hs) @ k[0:t1]^T (hs,t1)
+      for (int t0 = 0; t0 < T; t0 += kQueryBlock) {
+        const int t1 = std::min(T, t0 + kQueryBlock);
+        gemm<F>(false, true, t1 - t0, t1, hs, scale, q + static_cast<std::size_t>(t0) * C3, C3, k, C3, F(0),
+                a + static_cast<std::size_t>(t0) * T, T);
+      }
       for (int t = 0; t < T; ++t) {
         F* row = a + static_cast<std::size_t>(t) * T;
-        F maxv = row[0];
-        for (int u = 1; u <= t; ++u) maxv = row[u] > maxv ? row[u] : maxv;
-        F sum = 0;
-        for (int u = 0; u <= t; ++u) {
-          row[u] = std::exp(row[u] - maxv);
-          sum += row[u];
-        }
-        const F inv = F(1) / sum;
+        // softmax over keys 0..t (reduce_max/reduce_sum: core/reduce.hpp)
+        const F maxv = reduce_max(row, t + 1);
+        for (int u = 0; u <= t; ++u) row[u] = fast_exp(row[u] - maxv);
+        const F inv = F(1) / reduce_sum(row, t + 1);
         for (int u = 0; u <= t; ++u) row[u] *= inv;
         for (int u = t + 1; u < T; ++u) row[u] = F(0);  // the causal mask
       }
-      // out (T,hs) = a (T,T) @ v (T,hs), written into columns h*hs.. of out (B,T,C)
-      F* o = out + static_cast<std::size_t>(b) * T * C + h * hs;
-      gemm<F>(false, false, T, hs, T, F(1), a, T, v, C3, F(0), o, C);
+      // out[t0:t1] (t1-t0,hs) = a[t0:t1, 0:t1] @ v[0:t1] (t1,hs), into columns h*hs.. of out (B,T,C)
+      for (int t0 = 0; t0 < T; t0 += kQueryBlock) {
+        const int t1 = std::min(T, t0 + kQueryBlock);
+        gemm<F>(false, false, t1 - t0, hs, t1, F(1), a + static_cast<std::size_t>(t0) * T, T, v, C3, F(0),
+                o + static_cast<std::size_t>(t0) * C, C);
+      }
     }
 }
 

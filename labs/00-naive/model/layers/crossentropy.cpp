@@ -10,6 +10,9 @@
 #include <cstddef>
 #include <stdexcept>
 
+#include "core/fastmath.hpp"
+#include "core/reduce.hpp"
+
 namespace scalelab {
 
 template <typename F>
@@ -18,14 +21,10 @@ F crossentropy_forward(F* probs, F* losses, const F* logits, const int* targets,
   for (int i = 0; i < N; ++i) {
     const F* z = logits + static_cast<std::size_t>(i) * V;
     F* p = probs + static_cast<std::size_t>(i) * V;
-    F maxv = z[0];
-    for (int j = 1; j < V; ++j) maxv = z[j] > maxv ? z[j] : maxv;
+    const F maxv = reduce_max(z, V);
     const F target_logit = z[targets[i]];  // read before probs (which may alias z) overwrite it
-    F sum = 0;
-    for (int j = 0; j < V; ++j) {
-      p[j] = std::exp(z[j] - maxv);
-      sum += p[j];
-    }
+    for (int j = 0; j < V; ++j) p[j] = fast_exp(z[j] - maxv);
+    const F sum = reduce_sum(p, V);
     const F inv = F(1) / sum;
     for (int j = 0; j < V; ++j) p[j] *= inv;
     // -log p[target] as log-sum-exp: finite even where p[target] underflows to zero

@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <stdexcept>
 
+#include "core/reduce.hpp"
+
 namespace scalelab {
 
 template <typename F>
@@ -17,15 +19,12 @@ void layernorm_forward(F* out, F* mean, F* rstd, const F* inp, const F* weight, 
   const F eps = F(1e-5);
   for (int i = 0; i < N; ++i) {
     const F* x = inp + static_cast<std::size_t>(i) * C;
-    F m = 0;
-    for (int c = 0; c < C; ++c) m += x[c];
-    m /= C;
-    F v = 0;
-    for (int c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
-    v /= C;
-    const F s = F(1) / std::sqrt(v + eps);
     F* o = out + static_cast<std::size_t>(i) * C;
-    for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+    const F m = reduce_sum(x, C) / C;
+    for (int c = 0; c < C; ++c) o[c] = x[c] - m;  // centred input, kept in out for the next two steps
+    const F v = reduce_dot(o, o, C) / C;          // biased variance
+    const F s = F(1) / std::sqrt(v + eps);
+    for (int c = 0; c < C; ++c) o[c] = o[c] * s * weight[c] + bias[c];
     mean[i] = m;
     rstd[i] = s;
   }

@@ -6,6 +6,7 @@
 // Linear layer forward and backward: three matrix products through BLAS, plus the bias.
 #include "model/layers/matmul.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <stdexcept>
 
@@ -15,12 +16,11 @@ namespace scalelab {
 
 template <typename F>
 void matmul_forward(F* out, const F* inp, const F* weight, const F* bias, int N, int C, int OC) {
-  gemm<F>(false, true, N, OC, C, F(1), inp, C, weight, C, F(0), out, OC);
+  // With a bias, every row of out starts as the bias and the product is added to it (beta = 1):
+  // one pass over out fewer than adding the bias afterwards.
   if (bias)
-    for (int i = 0; i < N; ++i) {
-      F* o = out + static_cast<std::size_t>(i) * OC;
-      for (int j = 0; j < OC; ++j) o[j] += bias[j];
-    }
+    for (int i = 0; i < N; ++i) std::copy(bias, bias + OC, out + static_cast<std::size_t>(i) * OC);
+  gemm<F>(false, true, N, OC, C, F(1), inp, C, weight, C, bias ? F(1) : F(0), out, OC);
 }
 
 template <typename F>
