@@ -42,6 +42,11 @@ std::size_t activation_elements(const GPTConfig& config, int B, int T);
 // The same under a checkpoint policy (the peak, recompute buffers included).
 std::size_t activation_elements(const GPTConfig& config, int B, int T, const CheckpointPolicy& policy);
 
+// GPT-2 initialisation of a flat buffer laid out by `layout`: weights N(0, 0.02), residual
+// projections (c_proj) N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weights 1. Deterministic in the seed.
+template <typename F>
+void init_gpt2_weights(const ParamLayout& layout, int num_layers, F* params, std::uint64_t seed);
+
 template <typename F>
 class GPTModel {
  public:

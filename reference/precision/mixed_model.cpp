@@ -99,11 +99,9 @@ void MixedPrecisionModel::narrow(std::uint16_t* out, float* in, std::size_t n) c
 }
 
 void MixedPrecisionModel::init_weights(std::uint64_t seed) {
-  // The fp32 model's initialisation, so that both start from the same master weights. The
-  // temporary fp32 model exists only here, before training, and is not counted (null tracker).
-  GPT fp32(config_, nullptr);
-  fp32.init_weights(seed);
-  set_master_params(fp32.params());
+  // The fp32 model's initialisation, straight into the master weights.
+  init_gpt2_weights(layout(), config_.num_layers, master_.data(), seed);
+  float_to_half(params_.data(), master_.data(), num_params(), format_);
 }
 
 void MixedPrecisionModel::set_master_params(const float* values) {
