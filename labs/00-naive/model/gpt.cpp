@@ -53,12 +53,12 @@ GPTModel<F>::GPTModel(const GPTConfig& config, MemoryTracker* tracker)
 }
 
 template <typename F>
-void GPTModel<F>::init_weights(std::uint64_t seed) {
+void init_gpt2_weights(const ParamLayout& layout, int num_layers, F* params, std::uint64_t seed) {
   Rng rng(seed);
   const double std_base = 0.02;
-  const double std_resid = 0.02 / std::sqrt(2.0 * config_.num_layers);
-  for (const auto& t : layout_.tensors()) {
-    F* p = params_.data() + t.offset;
+  const double std_resid = 0.02 / std::sqrt(2.0 * num_layers);
+  for (const auto& t : layout.tensors()) {
+    F* p = params + t.offset;
     const std::string& n = t.name;
     auto ends_with = [&n](const char* s) {
       const std::string suf(s);
@@ -75,6 +75,13 @@ void GPTModel<F>::init_weights(std::uint64_t seed) {
       for (std::size_t i = 0; i < t.numel; ++i) p[i] = static_cast<F>(sd * rng.normal());
     }
   }
+}
+template void init_gpt2_weights<float>(const ParamLayout&, int, float*, std::uint64_t);
+template void init_gpt2_weights<double>(const ParamLayout&, int, double*, std::uint64_t);
+
+template <typename F>
+void GPTModel<F>::init_weights(std::uint64_t seed) {
+  init_gpt2_weights(layout_, config_.num_layers, params_.data(), seed);
 }
 
 template <typename F>
