@@ -12,8 +12,9 @@
 # Shape flags (--V --T --C --L --H --B) go to both programs; the defaults are the mini config.
 #
 # Single-threaded means one thread for everything: BLAS pinned to 1 thread in both programs
-# (OPENBLAS_NUM_THREADS=1; PyTorch's --threads 1 alone leaves OpenBLAS's own thread pool running,
-# one thread per core: --peer-blas-pool adds that run as an extra, not single-threaded, row).
+# (OPENBLAS_NUM_THREADS=1, and OMP_NUM_THREADS=1, which OpenBLAS also reads). PyTorch's
+# --threads 1 alone leaves OpenBLAS's own thread pool running, one thread per core;
+# --peer-blas-pool adds that run as an extra row, which is not single-threaded.
 # Each program reports the median step over --steps steps after 2 warm-up steps. Two numbers per
 # step: wall-clock time (what the peer reports, tokens/s) and the process's CPU time, which on a
 # shared machine is the steadier of the two; the peer's CPU time is read through a wrapper that
@@ -31,7 +32,7 @@ peer="$repo/../shared/peers/torch_gpt_bench.py"
 python=/usr/bin/python3  # Debian's interpreter, the one with torch
 declare -A mini=([V]=256 [T]=256 [C]=256 [L]=4 [H]=4 [B]=16) shape
 for k in "${!mini[@]}"; do shape[$k]="${mini[$k]}"; done
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --rounds) rounds="$2"; shift 2 ;;
@@ -95,8 +96,9 @@ for ((r = 1; r <= rounds; ++r)); do
     >"$work/peer_$r.json"
   if [[ $blas_pool == 1 ]]; then
     echo "== round $r/$rounds: PyTorch, OpenBLAS thread pool left on"
-    env -u OPENBLAS_NUM_THREADS "$python" "$work/peer_cpu.py" "$peer" "$work/peerpool_cpu_$r.json" "${shape_args[@]}" \
-      --steps "$steps" --threads 1 >"$work/peerpool_$r.json"
+    env -u OPENBLAS_NUM_THREADS -u OMP_NUM_THREADS -u MKL_NUM_THREADS \
+      "$python" "$work/peer_cpu.py" "$peer" "$work/peerpool_cpu_$r.json" "${shape_args[@]}" --steps "$steps" \
+      --threads 1 >"$work/peerpool_$r.json"
   fi
 done
 load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
@@ -111,7 +113,7 @@ for m in "${marches[@]}"; do cmd+=" --march $m"; done
 [[ $blas_pool == 1 ]] && cmd+=" --peer-blas-pool"
 for k in V T C L H B; do [[ "${shape[$k]}" == "${mini[$k]}" ]] || cmd+=" --$k ${shape[$k]}"; done
 
-"$python" - "$work" "$rounds" "$write" "$repo/docs/results/cpu.md" "$machine" "$(nproc)" "$commit" \
+"$python" - "$work" "$rounds" "$write" "$repo/docs/results/cpu.md" "$machine" "$(nproc --all)" "$commit" \
   "$("$python" -c 'import torch; print(torch.__version__)')" "$cmd" "$load_before" "$load_after" \
   "${shape_args[*]}" "$steps" "$(IFS='|'; echo "${names[*]}")" "$("${CXX:-c++}" --version | head -1)" "$blas_pool" <<'EOF'
 import datetime, json, statistics, sys
@@ -120,8 +122,8 @@ import datetime, json, statistics, sys
 rounds, names = int(rounds), names.split("|")
 
 def ours(i, r):
-    med = next(b for b in json.load(open(f"{work}/ours_{i}_{r}.json"))["benchmarks"]
-               if b.get("aggregate_name") == "median")
+    rows = json.load(open(f"{work}/ours_{i}_{r}.json"))["benchmarks"]
+    med = next((b for b in rows if b.get("aggregate_name") == "median"), rows[0])  # one step: no aggregates
     to_ms = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[med["time_unit"]]
     return dict(ms=med["real_time"] * to_ms, tok=med["tokens_per_s"], gf=med["GFLOP_per_s"],
                 cpu=med["cpu_time"] * to_ms)
@@ -145,15 +147,23 @@ if blas_pool == "1":
 
 header = ("| round | program | ms/step | tokens/s | GFLOP/s | CPU ms/step | tokens/s vs PyTorch "
           "| CPU time vs PyTorch |\n|---|---|---:|---:|---:|---:|---:|---:|")
-def row(label, prog, x, ref):
-    return (f"| {label} | {prog} | {x['ms']:,.0f} | {x['tok']:,.0f} | {x['gf']:.1f} | {x['cpu']:,.0f} "
-            f"| **{x['tok'] / ref['tok']:.2f}x** | {ref['cpu'] / x['cpu']:.2f}x |")
+# Ratios are taken within a round (the programs ran back to back); the summary row gives the
+# median of each column, the ratios included.
+for r in range(1, rounds + 1):
+    ref = runs["PyTorch", r]
+    for prog in programs:
+        x = runs[prog, r]
+        x["vs_tok"], x["vs_cpu"] = x["tok"] / ref["tok"], ref["cpu"] / x["cpu"]
+def row(label, x):
+    return (f"| {label} | {x['ms']:,.0f} | {x['tok']:,.0f} | {x['gf']:.1f} | {x['cpu']:,.0f} "
+            f"| **{x['vs_tok']:.2f}x** | {x['vs_cpu']:.2f}x |")
 lines = [header]
 for r in range(1, rounds + 1):
     for prog in programs:
-        lines.append(row(str(r), prog, runs[prog, r], runs["PyTorch", r]))
+        lines.append(row(f"{r} | {prog}", runs[prog, r]))
 med = {p: {k: statistics.median(runs[p, r][k] for r in range(1, rounds + 1)) for k in runs[p, 1]} for p in programs}
-summary = [header] + [row("median", p, med[p], med["PyTorch"]) for p in programs]
+summary = [header.replace("| round | program |", "| program |", 1).replace("|---|---|", "|---|", 1)]
+summary += [row(p, med[p]) for p in programs]
 table, summary = "\n".join(lines), "\n".join(summary)
 print("\n" + summary + "\n\nper round:\n" + table)
 print("\nx vs PyTorch: tokens/s over PyTorch's (wall clock), and PyTorch's CPU time per step over ours")
@@ -170,7 +180,8 @@ Written by `tools/bench_cpu.sh`; rerun it to replace this file (see the script's
 - Command: `{cmd}`
 - Shape: {shape} ({tokens:,.0f} tokens per step). Each program: forward + backward + AdamW,
   median of {steps} steps after 2 warm-up steps; the programs alternate, round by round.
-- Threads: one for everything (OPENBLAS_NUM_THREADS=1, `--threads 1`); both use the same OpenBLAS.
+- Threads: one for everything (OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1, `--threads 1`); both use
+  the same OpenBLAS. The "OpenBLAS pool" row, if present, is PyTorch with those variables unset.
 - FLOPs per step as the peer counts them: 6 P B T + 12 L B T T C.
 - Builds: "portable" is the default Release build (no -march); "-march=X" adds
   `-march=X -ffp-contract=off` (wider SIMD in our own loops, the same bits).
@@ -179,7 +190,9 @@ Written by `tools/bench_cpu.sh`; rerun it to replace this file (see the script's
 
 {summary}
 
-"tokens/s vs PyTorch" is the ratio the target (at least 1.5x) is about. "CPU time vs PyTorch"
+Each figure is the median over the rounds; the ratios are taken within each round (the programs
+ran back to back) and then their median. "tokens/s vs PyTorch" is the ratio the target (at least
+1.5x) is about. "CPU time vs PyTorch"
 compares CPU time per step, which other processes on a shared machine disturb less than the wall
 clock; where the two disagree, the machine was busy. (For a run with OpenBLAS's thread pool on,
 CPU time counts every thread, so only its wall-clock figures compare.)
