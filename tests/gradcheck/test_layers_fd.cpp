@@ -1,0 +1,149 @@
+// Every layer's backward (double instantiation) against central finite differences of its
+// forward, on sizes that are not multiples of anything (B=2, T=5, C=12, NH=3, V=7, N=B*T).
+// Tolerance: worst |backward - finite difference| <= 1e-6 x the largest gradient of that input
+// (central differences with h = 1e-6 in double are accurate to ~1e-9 here).
+#include <catch2/catch.hpp>
+
+#include "gradcheck.hpp"
+#include "model/layers/attention.hpp"
+#include "model/layers/crossentropy.hpp"
+#include "model/layers/encoder.hpp"
+#include "model/layers/gelu.hpp"
+#include "model/layers/layernorm.hpp"
+#include "model/layers/matmul.hpp"
+#include "model/layers/residual.hpp"
+
+using namespace scalelab;
+using namespace scalelab_test;
+
+namespace {
+constexpr int B = 2, T = 5, C = 12, NH = 3, V = 7, N = B * T;
+constexpr double kTol = 1e-6;
+}  // namespace
+
+TEST_CASE("encoder_backward matches finite differences", "[graded][fd_encoder]") {
+  const std::vector<int> tokens = {0, 3, 3, 6, 1, 2, 2, 5, 0, 6};  // repeats: rows accumulate
+  Vec wte = random_vec(V * C, 1), wpe = random_vec(T * C, 2), w = random_vec(N * C, 3);
+  Vec out(N * C);
+  auto objective = [&] {
+    encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+    return dot(out, w);
+  };
+  Vec dwte(V * C, 0.0), dwpe(T * C, 0.0);
+  encoder_backward(dwte.data(), dwpe.data(), w.data(), tokens.data(), B, T, C);
+  CHECK_FD(check_fd(wte, dwte, objective, kTol), "dwte");
+  CHECK_FD(check_fd(wpe, dwpe, objective, kTol), "dwpe");
+}
+
+TEST_CASE("layernorm_backward matches finite differences and accumulates", "[graded][fd_layernorm]") {
+  Vec inp = random_vec(N * C, 4, 2.0), weight = random_vec(C, 5), bias = random_vec(C, 6), w = random_vec(N * C, 7);
+  Vec out(N * C), mean(N), rstd(N);
+  auto objective = [&] {
+    layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(), bias.data(), N, C);
+    return dot(out, w);
+  };
+  objective();
+  Vec dinp(N * C, 0.0), dweight(C, 0.0), dbias(C, 0.0);
+  layernorm_backward(dinp.data(), dweight.data(), dbias.data(), w.data(), inp.data(), weight.data(), mean.data(),
+                     rstd.data(), N, C);
+  CHECK_FD(check_fd(inp, dinp, objective, kTol), "dinp");
+  CHECK_FD(check_fd(weight, dweight, objective, kTol), "dweight");
+  CHECK_FD(check_fd(bias, dbias, objective, kTol), "dbias");
+  // dinp, dweight and dbias accumulate (+=): a second call doubles them.
+  objective();
+  Vec dinp2 = dinp, dweight2 = dweight, dbias2 = dbias;
+  layernorm_backward(dinp2.data(), dweight2.data(), dbias2.data(), w.data(), inp.data(), weight.data(), mean.data(),
+                     rstd.data(), N, C);
+  for (std::size_t i = 0; i < dinp.size(); ++i) CHECK(dinp2[i] == Approx(2 * dinp[i]).margin(1e-12));
+  for (int c = 0; c < C; ++c) CHECK(dweight2[c] == Approx(2 * dweight[c]).margin(1e-12));
+}
+
+TEST_CASE("matmul_backward matches finite differences, with and without bias", "[graded][fd_matmul]") {
+  constexpr int OC = 9;
+  for (bool with_bias : {true, false}) {
+    INFO((with_bias ? "with bias" : "without bias (the tied LM head)"));
+    Vec inp = random_vec(N * C, 8), weight = random_vec(OC * C, 9), bias = random_vec(OC, 10),
+        w = random_vec(N * OC, 11);
+    Vec out(N * OC);
+    auto objective = [&] {
+      matmul_forward(out.data(), inp.data(), weight.data(), with_bias ? bias.data() : nullptr, N, C, OC);
+      return dot(out, w);
+    };
+    Vec dinp(N * C, 123.0), dweight(OC * C, 0.0), dbias(OC, 0.0);  // dinp is written (=), not added to
+    matmul_backward(dinp.data(), dweight.data(), with_bias ? dbias.data() : nullptr, w.data(), inp.data(),
+                    weight.data(), N, C, OC);
+    CHECK_FD(check_fd(inp, dinp, objective, kTol), "dinp");
+    CHECK_FD(check_fd(weight, dweight, objective, kTol), "dweight");
+    if (with_bias) CHECK_FD(check_fd(bias, dbias, objective, kTol), "dbias");
+  }
+}
+
+TEST_CASE("attention_backward matches finite differences (causal, several heads)", "[graded][fd_attention]") {
+  Vec qkv = random_vec(N * 3 * C, 12), w = random_vec(N * C, 13);
+  Vec out(N * C), att(static_cast<std::size_t>(B) * NH * T * T);
+  auto objective = [&] {
+    attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    return dot(out, w);
+  };
+  objective();
+  // No position may attend to a later one: the saved probabilities are zero above the diagonal.
+  for (int bh = 0; bh < B * NH; ++bh)
+    for (int t = 0; t < T; ++t)
+      for (int u = t + 1; u < T; ++u) CHECK(att[(static_cast<std::size_t>(bh) * T + t) * T + u] == 0.0);
+  Vec dqkv(N * 3 * C, 0.0), scratch(T * T);
+  attention_backward(dqkv.data(), scratch.data(), w.data(), qkv.data(), att.data(), B, T, C, NH);
+  CHECK_FD(check_fd(qkv, dqkv, objective, kTol), "dqkv");
+}
+
+TEST_CASE("gelu_backward matches finite differences", "[graded][fd_gelu]") {
+  Vec inp = random_vec(N * C, 14, 3.0), w = random_vec(N * C, 15);
+  Vec out(N * C);
+  auto objective = [&] {
+    gelu_forward(out.data(), inp.data(), out.size());
+    return dot(out, w);
+  };
+  Vec dinp(N * C);
+  gelu_backward(dinp.data(), w.data(), inp.data(), dinp.size());
+  CHECK_FD(check_fd(inp, dinp, objective, kTol), "dinp");
+}
+
+TEST_CASE("residual_backward matches finite differences", "[graded][fd_residual]") {
+  Vec a = random_vec(N * C, 16), b = random_vec(N * C, 17), w = random_vec(N * C, 18);
+  Vec out(N * C);
+  auto objective = [&] {
+    residual_forward(out.data(), a.data(), b.data(), out.size());
+    return dot(out, w);
+  };
+  Vec da(N * C, 0.0), db(N * C, 0.0);
+  residual_backward(da.data(), db.data(), w.data(), da.size());
+  CHECK_FD(check_fd(a, da, objective, kTol), "da");
+  CHECK_FD(check_fd(b, db, objective, kTol), "db");
+}
+
+TEST_CASE("crossentropy_backward matches finite differences of the mean loss", "[graded][fd_crossentropy]") {
+  Vec logits = random_vec(N * V, 19, 2.0);
+  const std::vector<int> targets = {0, 6, 3, 3, 1, 2, 5, 4, 0, 6};
+  Vec probs(N * V), losses(N);
+  auto objective = [&] { return crossentropy_forward(probs.data(), losses.data(), logits.data(), targets.data(), N, V); };
+  objective();
+  Vec dlogits(N * V);
+  crossentropy_backward(dlogits.data(), probs.data(), targets.data(), 1.0 / N, N, V);
+  CHECK_FD(check_fd(logits, dlogits, objective, kTol), "dlogits");
+}
+
+TEST_CASE("the float backward agrees with the double backward", "[fd_float]") {
+  // The float instantiation is what trains; it must compute the same function as the checked one.
+  Vec inp = random_vec(N * C, 20), weight = random_vec(C, 21), bias = random_vec(C, 22), w = random_vec(N * C, 23);
+  std::vector<float> inpf(inp.begin(), inp.end()), weightf(weight.begin(), weight.end()), biasf(bias.begin(), bias.end()),
+      wf(w.begin(), w.end());
+  Vec out(N * C), mean(N), rstd(N), dinp(N * C, 0.0), dweight(C, 0.0), dbias(C, 0.0);
+  std::vector<float> outf(N * C), meanf(N), rstdf(N), dinpf(N * C, 0.f), dweightf(C, 0.f), dbiasf(C, 0.f);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(), bias.data(), N, C);
+  layernorm_forward(outf.data(), meanf.data(), rstdf.data(), inpf.data(), weightf.data(), biasf.data(), N, C);
+  layernorm_backward(dinp.data(), dweight.data(), dbias.data(), w.data(), inp.data(), weight.data(), mean.data(),
+                     rstd.data(), N, C);
+  layernorm_backward(dinpf.data(), dweightf.data(), dbiasf.data(), wf.data(), inpf.data(), weightf.data(),
+                     meanf.data(), rstdf.data(), N, C);
+  for (std::size_t i = 0; i < dinp.size(); ++i) CHECK(dinpf[i] == Approx(dinp[i]).margin(1e-5));
+  for (int c = 0; c < C; ++c) CHECK(dweightf[c] == Approx(dweight[c]).margin(1e-5));
+}
