@@ -192,10 +192,10 @@ Written by `tools/bench_cpu.sh`; rerun it to replace this file (see the script's
 
 Each figure is the median over the rounds; the ratios are taken within each round (the programs
 ran back to back) and then their median. "tokens/s vs PyTorch" is the ratio the target (at least
-1.5x) is about. "CPU time vs PyTorch"
-compares CPU time per step, which other processes on a shared machine disturb less than the wall
-clock; where the two disagree, the machine was busy. (For a run with OpenBLAS's thread pool on,
-CPU time counts every thread, so only its wall-clock figures compare.)
+1.5x) is about. "CPU time vs PyTorch" compares CPU time per step, which other processes on a
+shared machine disturb less than the wall clock; where the two disagree, the machine was busy.
+(For a run with OpenBLAS's thread pool on, CPU time counts every thread, so only its wall-clock
+figures compare.)
 
 What bounds the ratio: both programs call the same OpenBLAS sgemm for the same matrix products
 (scalelab skips the products above the causal diagonal, PyTorch does not), and those products
