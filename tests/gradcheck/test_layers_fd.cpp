@@ -147,3 +147,18 @@ TEST_CASE("the float backward agrees with the double backward", "[fd_float]") {
   for (std::size_t i = 0; i < dinp.size(); ++i) CHECK(dinpf[i] == Approx(dinp[i]).margin(1e-5));
   for (int c = 0; c < C; ++c) CHECK(dweightf[c] == Approx(dweight[c]).margin(1e-5));
 }
+
+TEST_CASE("attention is right past one 64-row causal block (T = 70)", "[fd_attention_long]") {
+  // The forward and backward work in 64-row query blocks; T = 70 crosses a block edge.
+  constexpr int b = 1, t = 70, c = 8, nh = 2, n = b * t;
+  Vec qkv = random_vec(n * 3 * c, 24), w = random_vec(n * c, 25);
+  Vec out(n * c), att(static_cast<std::size_t>(b) * nh * t * t);
+  auto objective = [&] {
+    attention_forward(out.data(), att.data(), qkv.data(), b, t, c, nh);
+    return dot(out, w);
+  };
+  objective();
+  Vec dqkv(n * 3 * c, 0.0), scratch(t * t);
+  attention_backward(dqkv.data(), scratch.data(), w.data(), qkv.data(), att.data(), b, t, c, nh);
+  CHECK_FD(check_fd(qkv, dqkv, objective, kTol), "dqkv at T = 70");
+}
