@@ -1,0 +1,23 @@
+// Fused softmax + cross-entropy on the GPU; twin of model/layers/crossentropy.hpp.
+// probs = softmax(logits), loss[i] = -log probs[i, target[i]], dlogits = (probs - onehot) * dloss.
+// F (logits, probs, dlogits): float, bf16, fp16; the per-row losses are fp32.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+namespace scalelab::cuda {
+// probs (N,V) = softmax of logits (may alias logits: computed in place); losses (N) fp32;
+// targets (N) on the device, each in [0, V) (the caller validates them: a kernel cannot throw).
+// Unlike the CPU twin it returns nothing: the mean would need a device-to-host copy and a
+// synchronisation. mean_loss() below computes it on the device.
+template <typename F>
+void crossentropy_forward(F* probs, float* losses, const F* logits, const int* targets, int N, int V,
+                          cudaStream_t stream);
+// dlogits (N,V) = (written; may alias probs); dloss as in the CPU twin (1/N for the mean loss).
+template <typename F>
+void crossentropy_backward(F* dlogits, const F* probs, const int* targets, float dloss, int N, int V,
+                           cudaStream_t stream);
+// *mean = (1/N) sum_i losses[i], summed in double in a fixed order (one block): the value the
+// CPU twin returns. mean points to device memory.
+void mean_loss(float* mean, const float* losses, int N, cudaStream_t stream);
+}  // namespace scalelab::cuda

@@ -1,0 +1,73 @@
+// Linear layer: three cuBLAS products (the same three as the CPU twin) plus two small kernels,
+// the bias broadcast (forward) and the bias gradient's column sum (backward).
+#include "kernels/core/cuda_check.hpp"
+#include "kernels/core/dtype.cuh"
+#include "kernels/layers/matmul.hpp"
+
+namespace scalelab::cuda {
+
+namespace {
+
+// out[i,j] = bias[j] for every row i.
+template <typename F>
+__global__ void broadcast_bias_kernel(F* out, const F* bias, int OC, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x)
+    out[i] = bias[i % OC];
+}
+
+// dbias[j] += sum_i dout[i,j]: 32 columns (threadIdx.x) by 32 row stripes (threadIdx.y) per
+// block, stripes added in shared memory in a fixed order.
+template <typename F>
+__global__ void bias_backward_kernel(F* dbias, const F* dout, int N, int OC) {
+  __shared__ float partial[32][33];
+  const int j = blockIdx.x * 32 + threadIdx.x;
+  float acc = 0.0f;
+  if (j < OC)
+    for (int i = threadIdx.y; i < N; i += 32) acc += to_float(dout[static_cast<std::size_t>(i) * OC + j]);
+  partial[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < OC) {
+    float total = 0.0f;
+    for (int y = 0; y < 32; ++y) total += partial[y][threadIdx.x];
+    dbias[j] = from_float<F>(to_float(dbias[j]) + total);
+  }
+}
+
+}  // namespace
+
+template <typename F>
+void matmul_forward(F* out, const F* inp, const F* weight, const F* bias, int N, int C, int OC, const Blas& blas) {
+  if (N <= 0 || OC <= 0) return;
+  float beta = 0.0f;
+  if (bias) {
+    const std::size_t n = static_cast<std::size_t>(N) * OC;
+    broadcast_bias_kernel<<<blocks_for(n), kThreads, 0, blas.stream()>>>(out, bias, OC, n);
+    SCALELAB_CUDA_LAUNCH_CHECK();
+    beta = 1.0f;
+  }
+  // out (N,OC) = inp (N,C) @ weight^T (C,OC) [+ out]
+  gemm<F>(blas, false, true, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
+}
+
+template <typename F>
+void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight, int N, int C,
+                     int OC, const Blas& blas) {
+  if (N <= 0) return;
+  // dinp (N,C) = dout (N,OC) @ weight (OC,C)
+  gemm<F>(blas, false, false, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
+  // dweight (OC,C) += dout^T (OC,N) @ inp (N,C)
+  gemm<F>(blas, true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+  if (dbias && OC > 0) {
+    bias_backward_kernel<<<(OC + 31) / 32, dim3(32, 32), 0, blas.stream()>>>(dbias, dout, N, OC);
+    SCALELAB_CUDA_LAUNCH_CHECK();
+  }
+}
+
+#define SCALELAB_INSTANTIATE(F)                                                                                    \
+  template void matmul_forward<F>(F*, const F*, const F*, const F*, int, int, int, const Blas&);                   \
+  template void matmul_backward<F>(F*, F*, F*, const F*, const F*, const F*, int, int, int, const Blas&);
+SCALELAB_FOR_EACH_DTYPE(SCALELAB_INSTANTIATE)
+#undef SCALELAB_INSTANTIATE
+
+}  // namespace scalelab::cuda
