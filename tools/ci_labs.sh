@@ -5,6 +5,9 @@
 #   3. the skeleton of all labs compiles, and each lab's skeleton scores zero without a crash, hang
 #      or flood, every failure naming the missing function ("Lab NN: implement ...")
 #                                                 (tools/grade.py NN --expect zero, every lab)
+#   4. a deliberately wrong solution of lab 00 (the reference with dbias's sign flipped in
+#      layernorm_backward) loses exactly the tests that cover layernorm_backward
+#                                                 (tools/grade.py 00 --student-dir ... --expect-lose)
 # Environment (all optional):
 #   CI_LABS_BUILD   build directory root (default build/ci-labs); reference/ and skeleton/ under it
 #   CI_LABS_CMAKE   extra cmake arguments, e.g. "-DSCALELAB_CUDA=OFF -DSCALELAB_BUILD_BENCH=OFF"
@@ -85,6 +88,26 @@ for lab in "${labs[@]}"; do
     summary+=("lab $lab skeleton: NOT a clean zero")
   fi
 done
+
+step "4. a wrong gradient formula loses exactly the tests that cover it"
+if [[ " ${labs[*]} " == *" 00 "* ]]; then
+  wrong=$build/wrong-layernorm
+  rm -rf "$wrong"
+  # The whole reference solution of lab 00 as a submission, with one sign flipped.
+  (cd "$root/labs/00-naive" && find . -name '*.cpp' -o -name '*.hpp') | while read -r rel; do
+    mkdir -p "$wrong/$(dirname "$rel")" && cp "$root/reference/$rel" "$wrong/$rel"
+  done
+  sed -i 's/dbias\[c\] += d\[c\];/dbias[c] -= d[c];/' "$wrong/model/layers/layernorm.cpp"
+  if ! grep -q 'dbias\[c\] -= d\[c\];' "$wrong/model/layers/layernorm.cpp"; then
+    failures+=("the wrong solution was not made: layernorm_backward no longer has 'dbias[c] += d[c];'")
+  elif "$py" "$root/tools/grade.py" 00 --student-dir "$wrong" --build-dir "$build/skeleton" -j "$jobs" \
+         --results "$results/lab00-wrong-layernorm.json" --expect-lose layernorm_backward "${cmake_args[@]}"; then
+    summary+=("lab 00 with a wrong dbias in layernorm_backward: loses exactly the tests covering it")
+  else
+    failures+=("lab 00 wrong solution: not exactly the tests of layernorm_backward failed (see above)")
+    summary+=("lab 00 wrong solution: WRONG tests failed")
+  fi
+fi
 
 step "summary"
 printf '  %s\n' "${summary[@]}"

@@ -62,7 +62,8 @@ class GradedTest:
     spec: str
     ranks: int = 0
     labels: list[str] = dataclasses.field(default_factory=list)
-    functions: list[str] = dataclasses.field(default_factory=list)
+    functions: list[str] = dataclasses.field(default_factory=list)  # where to look first
+    uses: list[str] = dataclasses.field(default_factory=list)  # other student functions it exercises
     hint: str = ""
     visibility: str = "visible"
     source: str = ""  # the JSON file it came from
@@ -70,6 +71,11 @@ class GradedTest:
     @property
     def gpu(self) -> bool:
         return "gpu" in self.labels
+
+    @property
+    def covers(self) -> set[str]:
+        """Every student function whose mistake can fail this test."""
+        return set(self.functions) | set(self.uses)
 
 
 VISIBILITIES = {"visible", "hidden", "after_due_date", "after_published"}
@@ -109,7 +115,8 @@ def load_tests(dirs: list[Path], hidden_dirs: list[Path] = ()) -> list[GradedTes
                 tests.append(GradedTest(
                     name=e["name"], lab=lab, points=points, timeout=timeout, binary=e["binary"], spec=e["spec"],
                     ranks=int(e.get("ranks", 0) or 0), labels=list(e.get("labels", [])),
-                    functions=list(e.get("functions", [])), hint=e.get("hint", ""), visibility=visibility,
+                    functions=list(e.get("functions", [])), uses=list(e.get("uses", [])),
+                    hint=e.get("hint", ""), visibility=visibility,
                     source=str(path)))
     return tests
 
@@ -436,6 +443,38 @@ def judge(test: GradedTest, run: RunResult, where: WhereToLook) -> Outcome:
                    details="\n".join(parts), output=out, stub_messages=stubs)
 
 
+def point_to_narrower_failures(outcomes: list[Outcome]) -> None:
+    """A whole-model test fails whenever any layer it uses is wrong, so its own hint cannot say
+    which. When a narrower test (one that checks some of the functions this one uses, and fewer)
+    failed too, the student should start there: say so first, in the hint and the table."""
+    failed = [o for o in outcomes if o.status == "failed"]
+    for o in failed:
+        narrower = [u for u in failed if u is not o and u.test.functions
+                    and set(u.test.functions) <= o.test.covers and len(u.test.covers) < len(o.test.covers)]
+        if not narrower:
+            continue
+        fewest = min(len(u.test.covers) for u in narrower)  # the narrowest of them: the likeliest place
+        narrower = [u for u in narrower if len(u.test.covers) == fewest]
+        names = ", ".join(f"{u.test.name} ({', '.join(u.test.functions)})" for u in narrower)
+        o.details = (f"Start with {names}: also failing, and it tests less, so the mistake is easier to find "
+                     f"there; this test uses that code too.\n" + o.details)
+        o.hint = f"start with {narrower[0].test.name}; {o.hint}"
+
+
+def unexpected_losses(outcomes: list[Outcome], function: str) -> list[str]:
+    """For --expect-lose: the tests that cover `function` must fail and every other test pass."""
+    problems = []
+    for o in outcomes:
+        covers = function in o.test.covers
+        if o.status.startswith("skipped"):
+            continue
+        if covers and o.passed:
+            problems.append(f"{o.test.name} passed although it covers {function}")
+        elif not covers and not o.passed:
+            problems.append(f"{o.test.name} {o.status} although it does not cover {function}")
+    return problems
+
+
 def first_message(f: Failure) -> str:
     """The most telling line of a failure for the table: a comparison's MISMATCH message, else a
     message with the values, else the last message, else the failed expression."""
@@ -704,6 +743,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="for CI: exit 1 unless every test passed (full; GPU tests may skip), or unless the score "
                         "is 0 with no crash, hang or flood and every failure names the missing 'Lab NN: implement' "
                         "(zero)")
+    p.add_argument("--expect-lose", metavar="FUNCTION",
+                   help="for CI, with a deliberately wrong solution: exit 1 unless exactly the tests that cover "
+                        "FUNCTION (its \"functions\" or \"uses\" in tests/grading) failed")
     p.add_argument("--quiet", action="store_true", help="print only the table, not the hints")
     return p.parse_args(argv)
 
@@ -787,6 +829,7 @@ def main(argv: list[str] | None = None) -> int:
             outcomes.append(o)
             print(f"[{n}/{len(tests)}] {t.name}: {o.status} ({o.seconds:.1f} s)", file=sys.stderr, flush=True)
 
+    point_to_narrower_failures(outcomes)
     seconds = time.monotonic() - started
     earned = sum(o.score for o in outcomes)
     summary_lines = [title, f"Score: {fmt_points(earned)}/{fmt_points(total_possible)}"
@@ -811,7 +854,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"grade: EXPECTED FULL MARKS, but {'the build failed' if build_failed is not None else ''}"
                   f"{', '.join(o.test.name + ' ' + o.status for o in bad)}", file=sys.stderr)
             return 1
-    elif args.expect == "zero":
+    if args.expect_lose:
+        problems = (["the build failed"] if build_failed is not None else []) + \
+            unexpected_losses(outcomes, args.expect_lose)
+        if problems:
+            print(f"grade: EXPECTED TO LOSE EXACTLY THE TESTS OF {args.expect_lose}, but: " + "; ".join(problems),
+                  file=sys.stderr)
+            return 1
+    if args.expect == "zero":
         problems = []
         if build_failed is not None:
             problems.append("the build failed")

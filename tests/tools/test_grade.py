@@ -362,3 +362,41 @@ class StudentFiles(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
+
+
+class CoverageAccounting(unittest.TestCase):
+    """A wrong function must cost exactly the tests that cover it, and a failing whole-model test
+    must send the student to the narrower failing test first."""
+
+    @staticmethod
+    def outcome(grade, name, functions, uses=(), passed=False):
+        test = grade.GradedTest(name=name, lab="00", points=2, timeout=1, binary="b", spec="s",
+                                functions=list(functions), uses=list(uses))
+        return grade.Outcome(test=test, status="passed" if passed else "failed", score=2 if passed else 0,
+                             hint="MISMATCH", details="Where to look: ...")
+
+    def test_narrower_failure_comes_first_in_the_hint(self):
+        sys.path.insert(0, str(ROOT / "tools"))
+        import grade
+        unit = self.outcome(grade, "lab00.fd_layernorm", ["layernorm_backward"])
+        model = self.outcome(grade, "lab00.fd_model", ["model_backward"], uses=["layernorm_backward", "gelu_backward"])
+        other = self.outcome(grade, "lab00.fd_gelu", ["gelu_backward"], passed=True)
+        grade.point_to_narrower_failures([unit, model, other])
+        self.assertTrue(model.details.startswith("Start with lab00.fd_layernorm (layernorm_backward)"), model.details)
+        self.assertTrue(model.hint.startswith("start with lab00.fd_layernorm"), model.hint)
+        self.assertEqual(unit.hint, "MISMATCH")  # nothing narrower than the unit test itself
+        self.assertNotIn("fd_gelu", model.details)  # it passed
+
+    def test_expect_lose_accepts_exactly_the_covering_tests(self):
+        sys.path.insert(0, str(ROOT / "tools"))
+        import grade
+        unit = self.outcome(grade, "u", ["layernorm_backward"])
+        model = self.outcome(grade, "m", ["model_backward"], uses=["layernorm_backward"])
+        other = self.outcome(grade, "o", ["gelu_backward"], passed=True)
+        self.assertEqual(grade.unexpected_losses([unit, model, other], "layernorm_backward"), [])
+        model_passed = self.outcome(grade, "m", ["model_backward"], uses=["layernorm_backward"], passed=True)
+        self.assertEqual(grade.unexpected_losses([unit, model_passed], "layernorm_backward"),
+                         ["m passed although it covers layernorm_backward"])
+        other_failed = self.outcome(grade, "o", ["gelu_backward"])
+        self.assertEqual(grade.unexpected_losses([unit, other_failed], "layernorm_backward"),
+                         ["o failed although it does not cover layernorm_backward"])
