@@ -48,6 +48,13 @@ class TrainModel {
   // them throws ConfigError naming the setting.
   virtual float* fp32_grads();
   virtual void set_grad_ready_hook(std::function<void(std::size_t)> hook);
+  // Models that keep AdamW's m and v beside their parameters on a device (the GPU models in
+  // kernels/model) return true. The trainer's AdamW then holds only the configuration, the step
+  // count and a host mirror of m and v that is not counted as memory; these two copy between the
+  // mirror and the device for checkpoints.
+  virtual bool owns_optimizer_state() const { return false; }
+  virtual void download_optimizer_state(AdamW& /*optimizer*/) const {}
+  virtual void upload_optimizer_state(const AdamW& /*optimizer*/) {}
   // Number of block forwards since construction (stage 02 counts the recompute).
   virtual std::size_t block_forward_count() const = 0;
   virtual std::string precision_name() const = 0;

@@ -31,6 +31,7 @@ void TrainOptions::validate() const {
           "pass e.g. --threads 1");
   require(precision == "fp32" || precision == "bf16" || precision == "fp16", "precision",
           "unknown precision '" + precision + "'", "use fp32, bf16 or fp16");
+  require(device == "cpu" || device == "cuda", "device", "unknown device '" + device + "'", "use cpu or cuda");
   require(resume.empty() || init_weights.empty(), "resume/init_weights", "both given",
           "a checkpoint already holds the weights: drop --init");
   adamw.validate();
@@ -41,7 +42,8 @@ double Trainer::flops_per_token() const {
   return 6.0 * static_cast<double>(model_->num_params()) + 12.0 * c.num_layers * c.channels * T_;
 }
 
-Trainer::Trainer(const TrainOptions& options, MemoryTracker* tracker) : options_(options), tracker_(tracker) {
+Trainer::Trainer(const TrainOptions& options, MemoryTracker* tracker, const TrainModelFactory& factory)
+    : options_(options), tracker_(tracker) {
   options_.validate();
   const GPTConfig config = gpt_config_by_name(options_.config);
   T_ = options_.seq_len > 0 ? options_.seq_len : config.max_seq_len;
@@ -59,9 +61,16 @@ Trainer::Trainer(const TrainOptions& options, MemoryTracker* tracker) : options_
   train_loader_ = std::make_unique<DataLoader>(&data_.train, options_.batch, T_, options_.seed + 1);
   val_loader_ = std::make_unique<DataLoader>(&data_.val, micro, T_, options_.seed + 2);
 
-  model_ = make_train_model(config, options_.precision, tracker_);
+  require(factory || options_.device == "cpu", "device",
+          "'" + options_.device + "' was asked for, but this program gave the trainer no model factory for it",
+          "use --device cpu, or a scalelab built with CUDA");
+  model_ = factory ? factory(config, options_.precision, tracker_)
+                   : make_train_model(config, options_.precision, tracker_);
   model_->set_checkpoint_policy(options_.checkpoint);
-  optimizer_ = std::make_unique<AdamW>(model_->num_params(), options_.adamw, tracker_);
+  // A model that keeps m and v on its device counts them itself; the AdamW here is then a host
+  // mirror for checkpoints, not memory of the run.
+  optimizer_ = std::make_unique<AdamW>(model_->num_params(), options_.adamw,
+                                       model_->owns_optimizer_state() ? nullptr : tracker_);
   scaler_.enabled = options_.precision == "fp16";
   inputs_.resize(static_cast<std::size_t>(options_.batch) * T_);
   targets_.resize(inputs_.size());
@@ -160,6 +169,7 @@ TrainCheckpoint Trainer::checkpoint() const {
   c.config = model_->config();
   const std::size_t n = model_->num_params();
   c.params.assign(model_->master_params(), model_->master_params() + n);
+  model_->download_optimizer_state(*optimizer_);
   c.adam_m.assign(optimizer_->m(), optimizer_->m() + n);
   c.adam_v.assign(optimizer_->v(), optimizer_->v() + n);
   c.step = optimizer_->step_count();
@@ -176,6 +186,7 @@ void Trainer::restore(const TrainCheckpoint& c) {
   model_->set_master_params(c.params.data());
   std::copy(c.adam_m.begin(), c.adam_m.end(), optimizer_->m());
   std::copy(c.adam_v.begin(), c.adam_v.end(), optimizer_->v());
+  model_->upload_optimizer_state(*optimizer_);
   optimizer_->set_step_count(c.step);
   train_loader_->set_rng_state(c.data_rng_state);
   train_loader_->set_batches_served(c.batches_served);

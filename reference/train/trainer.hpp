@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +35,7 @@ struct TrainOptions {
   int grad_accum = 1;           // stage 01: micro-batches per step
   CheckpointPolicy checkpoint;  // stage 02
   std::string precision = "fp32";  // stage 03: fp32, bf16, fp16
+  std::string device = "cpu";   // cpu or cuda; cuda needs a model factory (see Trainer)
   std::string init_weights;     // safetensors to start from (else GPT-2 init)
   std::string save_weights;     // safetensors to write at the end
   std::string save_checkpoint;  // training state to write at the end
@@ -57,10 +59,16 @@ struct StepStats {
   std::uint64_t comm_bytes_sent = 0;  // by this rank during the step
 };
 
+// Builds the model for a config and a precision. The library cannot see CUDA, so a program
+// built with it hands the trainer a factory for the GPU models (apps/scalelab/device_models.hpp).
+using TrainModelFactory =
+    std::function<std::unique_ptr<TrainModel>(const GPTConfig&, const std::string& precision, MemoryTracker*)>;
+
 class Trainer {
  public:
   // Builds the model and optimizer, loads data, weights or a checkpoint, as the options say.
-  Trainer(const TrainOptions& options, MemoryTracker* tracker);
+  // Without a factory the model is the CPU's (make_train_model), and options.device must be "cpu".
+  Trainer(const TrainOptions& options, MemoryTracker* tracker, const TrainModelFactory& factory = {});
   ~Trainer();
 
   // Stage 04: from now on train as one of comm.size() data-parallel replicas (collective:
