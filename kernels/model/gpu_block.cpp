@@ -1,0 +1,89 @@
+// The transformer block's forward and backward on the GPU, composed from the layer launchers.
+// Line for line model/block.cpp; each call takes the stream (or the Blas context) last.
+#include "kernels/model/gpu_block.hpp"
+
+#include "kernels/core/dtype.hpp"
+#include "kernels/layers/attention.hpp"
+#include "kernels/layers/gelu.hpp"
+#include "kernels/layers/layernorm.hpp"
+#include "kernels/layers/matmul.hpp"
+#include "kernels/layers/residual.hpp"
+
+namespace scalelab::cuda {
+
+std::size_t gpu_block_f_elements(int B, int T, int C, int NH, bool own_att) {
+  const std::size_t BT = static_cast<std::size_t>(B) * T;
+  return 16 * BT * C + (own_att ? static_cast<std::size_t>(NH) * BT * T : 0);
+}
+
+std::size_t gpu_block_stat_elements(int B, int T) { return 4 * static_cast<std::size_t>(B) * T; }
+
+template <typename F>
+void assign_gpu_block_acts(GpuBlockActs<F>& a, F*& f, float*& stats, int B, int T, int C, int NH, bool own_att) {
+  const std::size_t BT = static_cast<std::size_t>(B) * T, BTC = BT * C;
+  auto take = [&f](std::size_t n) { F* r = f; f += n; return r; };
+  auto take_stat = [&stats](std::size_t n) { float* r = stats; stats += n; return r; };
+  a.ln1 = take(BTC);
+  a.ln1_mean = take_stat(BT);
+  a.ln1_rstd = take_stat(BT);
+  a.qkv = take(3 * BTC);
+  a.att = own_att ? take(static_cast<std::size_t>(NH) * BT * T) : nullptr;
+  a.atty = take(BTC);
+  a.residual2 = take(BTC);
+  a.ln2 = take(BTC);
+  a.ln2_mean = take_stat(BT);
+  a.ln2_rstd = take_stat(BT);
+  a.fch = take(4 * BTC);
+  a.fch_gelu = take(4 * BTC);
+  a.residual3 = take(BTC);
+}
+
+template <typename F>
+void gpu_block_forward(GpuBlockActs<F>& a, const BlockView<F>& w, const F* x, GpuBlockScratch<F>& s, int B, int T,
+                       int C, int NH, const Blas& blas) {
+  const int N = B * T;
+  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  cudaStream_t st = blas.stream();
+  layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, N, C, st);
+  matmul_forward(a.qkv, a.ln1, w.qkv_w, w.qkv_b, N, C, 3 * C, blas);
+  attention_forward(a.atty, a.att, a.qkv, B, T, C, NH, blas);
+  matmul_forward(s.proj, a.atty, w.attproj_w, w.attproj_b, N, C, C, blas);
+  residual_forward(a.residual2, x, s.proj, NC, st);
+  layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_w, w.ln2_b, N, C, st);
+  matmul_forward(a.fch, a.ln2, w.fc_w, w.fc_b, N, C, 4 * C, blas);
+  gelu_forward(a.fch_gelu, a.fch, 4 * NC, st);
+  matmul_forward(s.proj, a.fch_gelu, w.fcproj_w, w.fcproj_b, N, 4 * C, C, blas);
+  residual_forward(a.residual3, a.residual2, s.proj, NC, st);
+}
+
+template <typename F>
+void gpu_block_backward(F* dres, const BlockView<F>& g, const GpuBlockActs<F>& a, const BlockView<F>& w, const F* x,
+                        GpuBlockScratch<F>& s, int B, int T, int C, int NH, const Blas& blas) {
+  const int N = B * T;
+  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  cudaStream_t st = blas.stream();
+  // MLP branch. d(residual3)/d(mlp_proj output) is the identity, so dres is its gradient too.
+  matmul_backward(s.dwide, g.fcproj_w, g.fcproj_b, dres, a.fch_gelu, w.fcproj_w, N, 4 * C, C, blas);
+  gelu_backward(s.dwide, s.dwide, a.fch, 4 * NC, st);
+  matmul_backward(s.dbtc, g.fc_w, g.fc_b, s.dwide, a.ln2, w.fc_w, N, C, 4 * C, blas);
+  // layernorm_backward adds (+=) into dres: residual3's gradient reaches residual2 directly too.
+  layernorm_backward(dres, g.ln2_w, g.ln2_b, s.dbtc, a.residual2, w.ln2_w, a.ln2_mean, a.ln2_rstd, N, C, st);
+  // dres now holds d loss / d residual2. Attention branch, the same way.
+  matmul_backward(s.dbtc, g.attproj_w, g.attproj_b, dres, a.atty, w.attproj_w, N, C, C, blas);
+  attention_backward(s.dwide, s.datt, s.dbtc, a.qkv, a.att, B, T, C, NH, blas);  // dqkv (B,T,3C) in dwide
+  matmul_backward(s.dbtc, g.qkv_w, g.qkv_b, s.dwide, a.ln1, w.qkv_w, N, C, 3 * C, blas);
+  layernorm_backward(dres, g.ln1_w, g.ln1_b, s.dbtc, x, w.ln1_w, a.ln1_mean, a.ln1_rstd, N, C, st);
+}
+
+#define SCALELAB_INSTANTIATE(F)                                                                                 \
+  template void assign_gpu_block_acts<F>(GpuBlockActs<F>&, F*&, float*&, int, int, int, int, bool);             \
+  template void gpu_block_forward<F>(GpuBlockActs<F>&, const BlockView<F>&, const F*, GpuBlockScratch<F>&, int, \
+                                     int, int, int, const Blas&);                                               \
+  template void gpu_block_backward<F>(F*, const BlockView<F>&, const GpuBlockActs<F>&, const BlockView<F>&,     \
+                                      const F*, GpuBlockScratch<F>&, int, int, int, int, const Blas&);
+SCALELAB_INSTANTIATE(float)
+SCALELAB_INSTANTIATE(bf16)
+SCALELAB_INSTANTIATE(fp16)
+#undef SCALELAB_INSTANTIATE
+
+}  // namespace scalelab::cuda

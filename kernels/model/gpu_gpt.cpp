@@ -1,0 +1,200 @@
+// The GPU GPT: buffers, the embeddings and the head, forward and backward. The structure is
+// model/gpt.cpp's; the blocks under a checkpoint policy are in gpu_checkpointing.cpp.
+#include "kernels/model/gpu_gpt.hpp"
+
+#include <string>
+
+#include "core/error.hpp"
+#include "kernels/core/cuda_check.hpp"
+#include "kernels/core/dtype.hpp"
+#include "kernels/layers/crossentropy.hpp"
+#include "kernels/layers/encoder.hpp"
+#include "kernels/layers/layernorm.hpp"
+#include "kernels/layers/matmul.hpp"
+#include "kernels/model/gpu_params.hpp"
+#include "model/gpt.hpp"
+
+namespace scalelab::cuda {
+
+namespace {
+
+// A kernel cannot throw, so the ids are checked on the host before they reach the device.
+void check_ids(const GPTConfig& c, const int* ids, std::size_t n, const char* what) {
+  for (std::size_t i = 0; i < n; ++i)
+    require(ids[i] >= 0 && ids[i] < c.vocab_size, what,
+            "id " + std::to_string(ids[i]) + " at position " + std::to_string(i) + " is outside the vocabulary [0, " +
+                std::to_string(c.vocab_size) + ")",
+            "tokenize with a vocabulary that matches the model");
+}
+
+bool has_segments(const CheckpointPolicy& p) {
+  return p.kind == CheckpointPolicy::Kind::kEveryK || p.kind == CheckpointPolicy::Kind::kSqrtL;
+}
+
+}  // namespace
+
+std::size_t gpu_stat_elements(const GPTConfig& c, int B, int T, const CheckpointPolicy& policy) {
+  const std::size_t slots = has_segments(policy) ? policy.segment_blocks(c.num_layers) : c.num_layers;
+  return slots * gpu_block_stat_elements(B, T) + 3 * static_cast<std::size_t>(B) * T;
+}
+
+template <typename F>
+GpuGPT<F>::GpuGPT(const GPTConfig& config, MemoryTracker* tracker, const GpuOptions& options)
+    : config_(config),
+      layout_((config.validate(), config)),
+      tracker_(tracker),
+      blas_(stream_.get(), tracker, options.allow_tf32),
+      params_(layout_.num_params(), MemCategory::kParams, tracker),
+      grads_(layout_.num_params(), MemCategory::kGrads, tracker),
+      w_(device_param_view(layout_, config_.num_layers, params_.data())),
+      g_(device_param_view(layout_, config_.num_layers, grads_.data())),
+      loss_(1, MemCategory::kWorkspace, tracker) {}
+
+template <typename F>
+void GpuGPT<F>::ensure_buffers(int B, int T) {
+  const bool same_policy = acts_.policy.kind == policy_.kind && acts_.policy.every == policy_.every;
+  if (acts_.B == B && acts_.T == T && same_policy) return;
+  const std::size_t BT = static_cast<std::size_t>(B) * T, BTC = BT * config_.channels;
+  const std::size_t TT = static_cast<std::size_t>(T) * T;
+  // Free the old buffers first, so the peak is not their sum.
+  act_buffer_ = DeviceBuffer<F>();
+  stat_buffer_ = DeviceBuffer<float>();
+  scratch_buffer_ = DeviceBuffer<F>();
+  tokens_ = DeviceBuffer<int>();
+  targets_ = DeviceBuffer<int>();
+  const std::size_t stats = gpu_stat_elements(config_, B, T, policy_);
+  act_buffer_ = DeviceBuffer<F>(activation_elements(config_, B, T, policy_) - stats, MemCategory::kActivations, tracker_);
+  stat_buffer_ = DeviceBuffer<float>(stats, MemCategory::kActivations, tracker_);
+  assign_activations(B, T);
+
+  scratch_buffer_ = DeviceBuffer<F>(8 * BTC + config_.num_heads * TT, MemCategory::kWorkspace, tracker_);
+  F* s = scratch_buffer_.data();
+  auto stake = [&s](std::size_t n) { F* r = s; s += n; return r; };
+  scratch_.proj = stake(BTC);
+  scratch_.dbtc = stake(BTC);
+  scratch_.dwide = stake(4 * BTC);
+  scratch_.datt = stake(config_.num_heads * TT);  // attention_scratch_elements(T, NH)
+  dres_ = stake(BTC);
+  dlnf_ = stake(BTC);
+  tokens_ = DeviceBuffer<int>(BT, MemCategory::kWorkspace, tracker_);
+  targets_ = DeviceBuffer<int>(BT, MemCategory::kWorkspace, tracker_);
+}
+
+template <typename F>
+void GpuGPT<F>::assign_activations(int B, int T) {
+  using Kind = CheckpointPolicy::Kind;
+  const int C = config_.channels, V = config_.vocab_size, L = config_.num_layers, NH = config_.num_heads;
+  const std::size_t BT = static_cast<std::size_t>(B) * T, BTC = BT * C;
+  F* p = act_buffer_.data();
+  float* q = stat_buffer_.data();
+  auto take = [&p](std::size_t n) { F* r = p; p += n; return r; };
+  auto take_stat = [&q](std::size_t n) { float* r = q; q += n; return r; };
+  acts_.B = B;
+  acts_.T = T;
+  acts_.policy = policy_;
+  acts_.encoded = take(BTC);
+  acts_.boundaries.assign(1, acts_.encoded);
+  if (!has_segments(policy_)) {
+    const bool own_att = policy_.kind == Kind::kNone;
+    acts_.blocks.resize(L);
+    for (auto& b : acts_.blocks) assign_gpu_block_acts(b, p, q, B, T, C, NH, own_att);
+    if (!own_att) {  // selective: one probabilities buffer shared by all blocks
+      F* shared_att = take(static_cast<std::size_t>(NH) * BT * T);
+      for (auto& b : acts_.blocks) b.att = shared_att;
+    }
+    acts_.final_input = acts_.blocks.back().residual3;
+  } else {
+    const int k = policy_.segment_blocks(L);
+    const int segments = (L + k - 1) / k;
+    for (int seg = 1; seg < segments; ++seg) acts_.boundaries.push_back(take(BTC));
+    acts_.final_input = take(BTC);
+    acts_.blocks.resize(k);
+    for (auto& b : acts_.blocks) assign_gpu_block_acts(b, p, q, B, T, C, NH, true);
+  }
+  acts_.lnf = take(BTC);
+  acts_.lnf_mean = take_stat(BT);
+  acts_.lnf_rstd = take_stat(BT);
+  acts_.probs = take(BT * V);
+  acts_.losses = take_stat(BT);
+  SCALELAB_CHECK(p == act_buffer_.data() + act_buffer_.size(), "activation layout does not add up");
+  SCALELAB_CHECK(q == stat_buffer_.data() + stat_buffer_.size(), "statistics layout does not add up");
+}
+
+template <typename F>
+double GpuGPT<F>::forward(const int* tokens, const int* targets, int B, int T) {
+  const int C = config_.channels, V = config_.vocab_size;
+  require(B >= 1, "batch", "must be at least 1, got " + std::to_string(B), "use a positive batch size");
+  require(T >= 1 && T <= config_.max_seq_len, "seq_len",
+          "must be in [1, " + std::to_string(config_.max_seq_len) + "] for config '" + config_.name + "', got " +
+              std::to_string(T),
+          "use a sequence length no longer than the model's max_seq_len");
+  const std::size_t BT = static_cast<std::size_t>(B) * T;
+  check_ids(config_, tokens, BT, "tokens");
+  check_ids(config_, targets, BT, "targets");
+  ensure_buffers(B, T);
+  tokens_.copy_from_host(tokens, BT);
+  targets_.copy_from_host(targets, BT);
+  probs_hold_dlogits_ = false;
+
+  cudaStream_t st = stream();
+  const int N = static_cast<int>(BT);
+  encoder_forward(acts_.encoded, tokens_.data(), w_.wte, w_.wpe, B, T, C, st);
+  forward_blocks();
+  layernorm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, acts_.final_input, w_.lnf_w, w_.lnf_b, N, C, st);
+  matmul_forward<F>(acts_.probs, acts_.lnf, w_.wte, nullptr, N, C, V, blas_);  // logits (B,T,V)
+  crossentropy_forward(acts_.probs, acts_.losses, acts_.probs, targets_.data(), N, V, st);  // in place
+  mean_loss(loss_.data(), acts_.losses, N, st);
+  float loss = 0;
+  SCALELAB_CUDA_CHECK(cudaMemcpyAsync(&loss, loss_.data(), sizeof(float), cudaMemcpyDeviceToHost, st));
+  stream_.synchronize();
+  return loss;
+}
+
+template <typename F>
+void GpuGPT<F>::backward(float loss_scale) {
+  SCALELAB_CHECK(acts_.B > 0, "backward() called before forward()");
+  SCALELAB_CHECK(!probs_hold_dlogits_, "backward() called twice after one forward()");
+  const int B = acts_.B, T = acts_.T, C = config_.channels, V = config_.vocab_size, N = B * T;
+  cudaStream_t st = stream();
+  // Mean loss over N positions: d loss / d loss[i] = 1/N (in float, as the CPU computes it).
+  // dlogits overwrite the probabilities they are computed from (elementwise), which saves a
+  // (B,T,V) buffer: with GPT-2's V = 50257 the largest tensor of the model.
+  F* dlogits = acts_.probs;
+  crossentropy_backward(dlogits, acts_.probs, targets_.data(), loss_scale / static_cast<float>(N), N, V, st);
+  probs_hold_dlogits_ = true;
+  matmul_backward<F>(dlnf_, g_.wte, nullptr, dlogits, acts_.lnf, w_.wte, N, C, V, blas_);
+  SCALELAB_CUDA_CHECK(cudaMemsetAsync(dres_, 0, static_cast<std::size_t>(N) * C * sizeof(F), st));
+  layernorm_backward(dres_, g_.lnf_w, g_.lnf_b, dlnf_, acts_.final_input, w_.lnf_w, acts_.lnf_mean, acts_.lnf_rstd, N,
+                     C, st);
+  backward_blocks();
+  encoder_backward(g_.wte, g_.wpe, dres_, tokens_.data(), B, T, C, st);
+}
+
+template <typename F>
+void GpuGPT<F>::zero_grad() {
+  SCALELAB_CUDA_CHECK(cudaMemsetAsync(grads_.data(), 0, grads_.bytes(), stream()));
+}
+
+template <typename F>
+void GpuGPT<F>::block_forward_at(int l, GpuBlockActs<F>& a, const F* x) {
+  gpu_block_forward(a, w_.blocks[l], x, scratch_, acts_.B, acts_.T, config_.channels, config_.num_heads, blas_);
+  ++block_forwards_;
+}
+
+template <typename F>
+void GpuGPT<F>::block_backward_at(int l, const GpuBlockActs<F>& a, const F* x) {
+  gpu_block_backward(dres_, g_.blocks[l], a, w_.blocks[l], x, scratch_, acts_.B, acts_.T, config_.channels,
+                     config_.num_heads, blas_);
+}
+
+template <typename F>
+void GpuGPT<F>::copy_activation(F* dst, const F* src) {
+  const std::size_t n = static_cast<std::size_t>(acts_.B) * acts_.T * config_.channels;
+  SCALELAB_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(F), cudaMemcpyDeviceToDevice, stream()));
+}
+
+template class GpuGPT<float>;
+template class GpuGPT<bf16>;
+template class GpuGPT<fp16>;
+
+}  // namespace scalelab::cuda

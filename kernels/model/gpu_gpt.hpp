@@ -1,0 +1,114 @@
+// The GPT-2 model on the GPU, the twin of model/gpt.hpp: embeddings, L pre-LayerNorm blocks,
+// final LayerNorm, LM head tied to the token embedding, mean cross-entropy. Parameters and
+// gradients are two flat device buffers with the same ParamLayout; the saved activations are
+// device buffers laid out as the CPU's, counted by the same MemoryTracker under the same
+// categories, so the memory report and the stage formulas apply unchanged.
+// F is the storage type: float (stages 00-02) or bf16/fp16 (stage 03, where the fp32 master
+// weights live in GpuTrainModel). Arithmetic inside every kernel is fp32.
+// All work runs on the model's own stream; forward() synchronises once, to return the loss.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "core/memory.hpp"
+#include "kernels/core/blas.hpp"
+#include "kernels/core/device.hpp"
+#include "kernels/core/device_buffer.hpp"
+#include "kernels/model/gpu_block.hpp"
+#include "model/checkpoint_policy.hpp"
+#include "model/config.hpp"
+#include "model/params.hpp"
+
+namespace scalelab::cuda {
+
+struct GpuOptions {
+  // TF32 tensor cores for fp32 matrix products: about 8x faster on an H100, but its 10-bit
+  // mantissa inputs do not match an fp32 CPU reference to 1e-5. Off unless asked (benchmarks).
+  bool allow_tf32 = false;
+};
+
+// Everything forward saves for backward, for one (B, T) and one checkpoint policy: the fields of
+// Activations<F> (model/gpt.hpp), with the LayerNorm statistics and the per-row losses in fp32.
+template <typename F>
+struct GpuActivations {
+  int B = 0, T = 0;
+  CheckpointPolicy policy;
+  F* encoded = nullptr;                 // (B,T,C)  embeddings: the first block's input
+  std::vector<GpuBlockActs<F>> blocks;  // L of them; one segment's worth when checkpointing
+  std::vector<F*> boundaries;           // segment s's input (B,T,C); [0] is `encoded`
+  F* final_input = nullptr;             // (B,T,C)  the last block's output, ln_f's input
+  F* lnf = nullptr;                     // (B,T,C)
+  float* lnf_mean = nullptr;            // (B,T)
+  float* lnf_rstd = nullptr;            // (B,T)
+  F* probs = nullptr;                   // (B,T,V)  softmax of the logits; backward turns it into dlogits
+  float* losses = nullptr;              // (B,T)
+};
+
+// fp32 elements among the saved activations (LayerNorm statistics and losses) under a policy:
+// 4 BT per block slot + 3 BT. The rest of activation_elements() is stored as F.
+std::size_t gpu_stat_elements(const GPTConfig& config, int B, int T, const CheckpointPolicy& policy);
+
+template <typename F>
+class GpuGPT {
+ public:
+  // Allocates parameters (zero) and gradients (zero) on the current device.
+  GpuGPT(const GPTConfig& config, MemoryTracker* tracker, const GpuOptions& options = {});
+
+  const GPTConfig& config() const { return config_; }
+  const ParamLayout& layout() const { return layout_; }
+  std::size_t num_params() const { return layout_.num_params(); }
+  DeviceBuffer<F>& params() { return params_; }
+  const DeviceBuffer<F>& params() const { return params_; }
+  DeviceBuffer<F>& grads() { return grads_; }
+  const DeviceBuffer<F>& grads() const { return grads_; }
+  const GpuActivations<F>& acts() const { return acts_; }
+  cudaStream_t stream() const { return stream_.get(); }
+
+  // Mean loss of tokens (B,T) against targets (B,T), both host arrays (checked, then copied to
+  // the device). Saves the activations, reallocated when B, T or the policy changes.
+  double forward(const int* tokens, const int* targets, int B, int T);
+  // Accumulates (+=) d(loss_scale * loss)/d params into grads(), for the last forward. Once per
+  // forward: it turns the saved probabilities into the logits' gradient in place.
+  void backward(float loss_scale = 1.0f);
+  void zero_grad();
+
+  // Stage 02: every policy of model/checkpoint_policy.hpp, as the CPU model does it.
+  void set_checkpoint_policy(const CheckpointPolicy& policy) { policy_ = policy; }
+  const CheckpointPolicy& checkpoint_policy() const { return policy_; }
+  std::size_t block_forward_count() const { return block_forwards_; }
+  std::size_t attention_recompute_count() const { return attention_recomputes_; }
+
+ private:
+  void ensure_buffers(int B, int T);
+  void assign_activations(int B, int T);
+  // The blocks under the checkpoint policy (kernels/model/gpu_checkpointing.cpp).
+  void forward_blocks();
+  void backward_blocks();
+  void block_forward_at(int l, GpuBlockActs<F>& a, const F* x);
+  void block_backward_at(int l, const GpuBlockActs<F>& a, const F* x);
+  void copy_activation(F* dst, const F* src);  // one (B,T,C) tensor, on the stream
+
+  GPTConfig config_;
+  ParamLayout layout_;
+  MemoryTracker* tracker_;
+  Stream stream_;
+  Blas blas_;
+  DeviceBuffer<F> params_, grads_;
+  ParamView<F> w_, g_;  // named device views of params_ and grads_
+  DeviceBuffer<F> act_buffer_;         // activations stored as F
+  DeviceBuffer<float> stat_buffer_;    // activations stored as fp32 (statistics, losses)
+  DeviceBuffer<F> scratch_buffer_;     // workspace: block scratch, dres, dlnf
+  DeviceBuffer<int> tokens_, targets_;  // (B,T) the last forward's batch (workspace)
+  DeviceBuffer<float> loss_;           // (1) the mean loss (workspace)
+  GpuActivations<F> acts_;
+  GpuBlockScratch<F> scratch_{};
+  F* dres_ = nullptr;  // (B,T,C) gradient of the residual stream
+  F* dlnf_ = nullptr;  // (B,T,C)
+  bool probs_hold_dlogits_ = false;  // backward already ran for the last forward
+  CheckpointPolicy policy_;
+  std::size_t block_forwards_ = 0;
+  std::size_t attention_recomputes_ = 0;
+};
+
+}  // namespace scalelab::cuda
