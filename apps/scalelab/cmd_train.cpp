@@ -19,7 +19,7 @@ void add_train_command(CLI::App& app) {
   auto first_bucket_mb = std::make_shared<double>(1);
   auto backend = std::make_shared<std::string>("auto");
   auto trace = std::make_shared<std::string>();
-  CLI::App* cmd = app.add_subcommand("train", "Train a GPT on the CPU (any combination of the stage features)");
+  CLI::App* cmd = app.add_subcommand("train", "Train a GPT on the CPU or a GPU (any combination of the stage features)");
   add_train_flags(cmd, *flags);
   cmd->add_option("--log-every", *log_every, "Steps between progress lines")->capture_default_str();
   cmd->add_option("--ddp", *ddp, "Stage 04: none, naive or bucketed (launch with mpirun -np N)")->capture_default_str();

@@ -31,6 +31,7 @@ void add_train_flags(CLI::App* cmd, TrainFlags& f) {
   cmd->add_option("--checkpoint", f.checkpoint, "Stage 02: none, every, every:K, sqrt or selective")
       ->capture_default_str();
   cmd->add_option("--precision", o.precision, "Stage 03: fp32, bf16 or fp16")->capture_default_str();
+  cmd->add_option("--device", o.device, "cpu, or cuda (a build with CUDA and a GPU)")->capture_default_str();
   cmd->add_option("--init", o.init_weights, "Start from these weights (safetensors, nanoGPT names)");
   cmd->add_option("--save", o.save_weights, "Write the final weights here (safetensors)");
   cmd->add_option("--save-state", o.save_checkpoint, "Write the full training state here at the end");

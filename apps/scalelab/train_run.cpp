@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "device_models.hpp"
 #include "train/metrics.hpp"
 
 namespace scalelab::cli {
@@ -18,7 +19,7 @@ double median(std::vector<double> v) {
 
 RunSummary run_training(const TrainOptions& options, const RunOutput& out, const DataParallelRun* dp) {
   MemoryTracker tracker;
-  Trainer trainer(options, &tracker);
+  Trainer trainer(options, &tracker, model_factory_for(options.device));
   if (dp) trainer.enable_data_parallel(*dp->comm, dp->ddp);
   MetricsWriter metrics = options.metrics.empty() ? MetricsWriter() : MetricsWriter(options.metrics);
   RunSummary summary;
@@ -26,10 +27,10 @@ RunSummary run_training(const TrainOptions& options, const RunOutput& out, const
   const GPTConfig& c = trainer.model().config();
   if (out.progress)
     std::printf("%sconfig %s (V=%d T=%d C=%d L=%d NH=%d), %zu parameters, batch %d x %d tokens, %s, grad-accum %d, "
-                "checkpoint %s\n",
+                "checkpoint %s, device %s\n",
                 out.label.c_str(), c.name.c_str(), c.vocab_size, trainer.seq_len(), c.channels, c.num_layers,
                 c.num_heads, summary.num_params, options.batch, trainer.seq_len(), options.precision.c_str(),
-                options.grad_accum, options.checkpoint.describe().c_str());
+                options.grad_accum, options.checkpoint.describe().c_str(), device_label(options.device).c_str());
   if (dp && out.progress)
     std::printf("%sdata parallel: %d ranks x %d rows, %s, all-reduce %s\n", out.label.c_str(), dp->comm->size(),
                 options.batch / dp->comm->size(),

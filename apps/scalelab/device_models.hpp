@@ -1,0 +1,18 @@
+// Which device a training run uses (--device cpu|cuda). The library (reference/) cannot see
+// CUDA, so the program chooses: for cuda it hands the trainer a factory of the GPU models
+// (kernels/model), when it was built with them (SCALELAB_HAVE_CUDA) and a GPU is present.
+#pragma once
+
+#include <string>
+
+#include "train/trainer.hpp"
+
+namespace scalelab::cli {
+
+// An empty factory for "cpu" (the trainer builds the CPU models); the GPU models for "cuda".
+// Throws ConfigError naming --device and the fix when cuda is not available here.
+TrainModelFactory model_factory_for(const std::string& device);
+// "cpu", or the GPU's description ("NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.1 GiB)").
+std::string device_label(const std::string& device);
+
+}  // namespace scalelab::cli
