@@ -1,0 +1,285 @@
+// The GPU GPT (kernels/model) against the CPU models from the same weights and batch.
+//
+// Tolerances, and why they are not bitwise:
+//   fp32 loss          relative 1e-5   cuBLAS and the block reductions sum in other orders
+//   fp32 gradients     relative 1e-4   by norm, per tensor (wte also gets atomicAdds in any order)
+//   bf16 vs the CPU's mixed model: loss 1e-2, gradients 3e-2 by norm per tensor (every layer
+//   output is rounded to bf16 on both, but after sums in different orders, so about one bf16
+//   ulp (2^-8) per rounding; the GPU also keeps LayerNorm statistics in fp32 where the CPU
+//   rounds them to bf16).
+//   Parameters after 3 AdamW steps: relative to how far the steps moved them (|p - p0|), by norm
+//   per tensor. Adam divides by sqrt(v) + eps, so an element whose gradient is rounding noise
+//   (the key bias of c_attn has an exactly zero gradient in exact arithmetic: softmax ignores a
+//   shift common to a row) moves by up to lr on either side; those elements (|g| below 1e-5 of
+//   the tensor's largest at some step) are checked against that bound instead.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/rng.hpp"
+#include "kernels/model/gpu_train_model.hpp"
+#include "model/gpt.hpp"
+#include "precision/mixed_model.hpp"
+#include "train/fp32_model.hpp"
+#include "train/trainer.hpp"
+
+namespace {
+
+using namespace scalelab;
+using scalelab::cuda::GpuTrainModel;
+
+constexpr int kB = 4, kT = 16, kSteps = 3;
+constexpr double kLr = 1e-3, kClip = 1.0;
+
+struct Batch {
+  std::vector<int> tokens, targets;
+};
+
+Batch random_batch(int V, std::uint64_t seed) {
+  Rng rng(seed);
+  Batch b;
+  for (int i = 0; i < kB * kT; ++i) {
+    b.tokens.push_back(static_cast<int>(rng.below(V)));
+    b.targets.push_back(static_cast<int>(rng.below(V)));
+  }
+  return b;
+}
+
+double relative(double a, double b) { return std::fabs(a - b) / std::max(std::fabs(b), 1e-30); }
+
+// ||a - b|| / ||b|| over one tensor; when ||b|| is 0, a must be exactly 0 too.
+double tensor_error(const float* a, const float* b, std::size_t n) {
+  double d = 0, r = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    d += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    r += static_cast<double>(b[i]) * b[i];
+  }
+  return r > 0 ? std::sqrt(d / r) : std::sqrt(d);
+}
+
+void check_by_tensor(const ParamLayout& layout, const float* gpu, const float* cpu, double tol, const char* what) {
+  for (const ParamTensor& t : layout.tensors()) {
+    const double err = tensor_error(gpu + t.offset, cpu + t.offset, t.numel);
+    INFO(what << " of " << t.name << ": relative error " << err << " (tolerance " << tol << ")");
+    CHECK(err <= tol);
+  }
+}
+
+// Marks elements whose gradient was rounding noise at some step (see the header).
+void mark_noise(const ParamLayout& layout, const float* g, std::vector<char>& noise) {
+  for (const ParamTensor& t : layout.tensors()) {
+    float gmax = 0;
+    for (std::size_t i = 0; i < t.numel; ++i) gmax = std::max(gmax, std::fabs(g[t.offset + i]));
+    for (std::size_t i = 0; i < t.numel; ++i)
+      if (std::fabs(g[t.offset + i]) <= 1e-5f * gmax) noise[t.offset + i] = 1;
+  }
+}
+
+void check_params(const ParamLayout& layout, const float* gpu, const float* cpu, const std::vector<float>& start,
+                  const std::vector<char>& noise, double tol) {
+  for (const ParamTensor& t : layout.tensors()) {
+    double d = 0, moved = 0, worst_noise = 0;
+    std::size_t noisy = 0;
+    for (std::size_t j = 0; j < t.numel; ++j) {
+      const std::size_t i = t.offset + j;
+      const double diff = static_cast<double>(gpu[i]) - cpu[i];
+      if (noise[i]) {
+        ++noisy;
+        worst_noise = std::max(worst_noise, std::fabs(diff));
+        continue;
+      }
+      d += diff * diff;
+      moved += (static_cast<double>(cpu[i]) - start[i]) * (static_cast<double>(cpu[i]) - start[i]);
+    }
+    const double err = moved > 0 ? std::sqrt(d / moved) : std::sqrt(d);
+    INFO("parameters " << t.name << " after " << kSteps << " steps: error relative to the update " << err
+                       << " (tolerance " << tol << "); " << noisy << " elements with noise gradients differ by at most "
+                       << worst_noise << " (bound " << 2 * kSteps * kLr << ")");
+    CHECK(err <= tol);
+    CHECK(worst_noise <= 2 * kSteps * kLr);
+  }
+}
+
+struct Tolerances {
+  double loss, grads, params;
+};
+
+// One full comparison: loss and gradients of the first step, then parameters after kSteps
+// AdamW steps (with clipping), each step on a new batch. Returns nothing; CHECKs inside.
+template <typename F>
+void compare_with_cpu(TrainModel& cpu, const std::function<std::vector<float>()>& cpu_grads,
+                      GpuTrainModel<F>& gpu, const Tolerances& tol) {
+  const GPTConfig& c = cpu.config();
+  const std::size_t n = cpu.num_params();
+  const AdamWConfig adamw{.lr = kLr, .weight_decay = 0.1};
+  AdamW cpu_opt(n, adamw, nullptr), gpu_opt(n, adamw, nullptr);
+  cpu.init_weights(7);
+  const std::vector<float> start(cpu.master_params(), cpu.master_params() + n);
+  gpu.set_master_params(start.data());
+  std::vector<char> noise(n, 0);
+  for (int step = 0; step < kSteps; ++step) {
+    const Batch b = random_batch(c.vocab_size, 100 + step);
+    cpu.zero_grad();
+    gpu.zero_grad();
+    const double cpu_loss = cpu.forward(b.tokens.data(), b.targets.data(), kB, kT);
+    const double gpu_loss = gpu.forward(b.tokens.data(), b.targets.data(), kB, kT);
+    cpu.backward(1.0);
+    gpu.backward(1.0);
+    const std::vector<float> gc = cpu_grads(), gg = gpu.grads_to_host();
+    mark_noise(cpu.layout(), gc.data(), noise);
+    if (step == 0) {
+      INFO("loss: GPU " << gpu_loss << ", CPU " << cpu_loss << ", relative error " << relative(gpu_loss, cpu_loss)
+                        << " (tolerance " << tol.loss << ")");
+      CHECK(relative(gpu_loss, cpu_loss) <= tol.loss);
+      check_by_tensor(cpu.layout(), gg.data(), gc.data(), tol.grads, "gradient");
+    }
+    const auto co = cpu.optimizer_step(cpu_opt, kLr, 1.0, kClip);
+    const auto go = gpu.optimizer_step(gpu_opt, kLr, 1.0, kClip);
+    REQUIRE_FALSE(co.skipped);
+    REQUIRE_FALSE(go.skipped);
+    INFO("step " << step << " gradient norm: GPU " << go.grad_norm << ", CPU " << co.grad_norm);
+    CHECK(relative(go.grad_norm, co.grad_norm) <= tol.grads);
+  }
+  const std::vector<float> pc(cpu.master_params(), cpu.master_params() + n);
+  check_params(cpu.layout(), gpu.master_params(), pc.data(), start, noise, tol.params);
+}
+
+}  // namespace
+
+TEST_CASE("GPU fp32 GPT: loss, gradients and AdamW steps equal the CPU's", "[gpu][model]") {
+  const GPTConfig c = gpt_config_by_name("tiny");
+  Fp32TrainModel cpu(c, nullptr);
+  GpuTrainModel<float> gpu(c, nullptr);
+  compare_with_cpu(
+      cpu, [&cpu] { return std::vector<float>(cpu.gpt().grads(), cpu.gpt().grads() + cpu.num_params()); }, gpu,
+      {.loss = 1e-5, .grads = 1e-4, .params = 1e-3});
+}
+
+TEST_CASE("GPU bf16 GPT: within bf16 rounding of the CPU's mixed-precision model", "[gpu][model][bf16]") {
+  const GPTConfig c = gpt_config_by_name("tiny");
+  MixedPrecisionModel cpu(c, HalfFormat::kBF16, nullptr);
+  GpuTrainModel<cuda::bf16> gpu(c, nullptr);
+  compare_with_cpu(cpu, [&cpu] { return cpu.grads_as_float(); }, gpu, {.loss = 1e-2, .grads = 3e-2, .params = 0.2});
+}
+
+TEST_CASE("GPU memory by category equals the CPU model's", "[gpu][model][memory]") {
+  const GPTConfig c = gpt_config_by_name("tiny");
+  const Batch b = random_batch(c.vocab_size, 1);
+  const std::size_t BT = static_cast<std::size_t>(kB) * kT;
+  for (const char* precision : {"fp32", "bf16"}) {
+    for (const char* policy : {"none", "every:1", "sqrt", "selective"}) {
+      MemoryTracker cm, gm;
+      std::unique_ptr<TrainModel> cpu = make_train_model(c, precision, &cm);
+      std::unique_ptr<TrainModel> gpu = cuda::make_gpu_train_model(c, precision, &gm);
+      AdamW cpu_opt(cpu->num_params(), AdamWConfig{}, &cm);  // the GPU model holds its own m and v
+      const CheckpointPolicy p = CheckpointPolicy::parse(policy);
+      for (TrainModel* m : {cpu.get(), gpu.get()}) {
+        m->set_checkpoint_policy(p);
+        m->init_weights(3);
+        m->forward(b.tokens.data(), b.targets.data(), kB, kT);
+        m->backward(1.0);
+      }
+      INFO(precision << ", checkpoint " << policy << "\nCPU:\n" << cm.report() << "GPU:\n" << gm.report());
+      for (MemCategory k : {MemCategory::kParams, MemCategory::kGrads, MemCategory::kOptimizer})
+        CHECK(gm.peak(k) == cm.peak(k));
+      // Activations: fp32 the same bytes; bf16 the same but for the LayerNorm statistics and the
+      // per-row losses, which the GPU keeps in fp32 (2 bytes more per element than the CPU's bf16).
+      const std::size_t stats = cuda::gpu_stat_elements(c, kB, kT, p);
+      const std::size_t extra = std::string(precision) == "fp32" ? 0 : 2 * stats;
+      CHECK(gm.peak(MemCategory::kActivations) == cm.peak(MemCategory::kActivations) + extra);
+      const std::size_t width = std::string(precision) == "fp32" ? 4 : 2;
+      CHECK(gm.peak(MemCategory::kActivations) == activation_elements(c, kB, kT, p) * width + extra);
+      CHECK(stats == (static_cast<std::size_t>(p.kind == CheckpointPolicy::Kind::kNone ||
+                                                       p.kind == CheckpointPolicy::Kind::kSelective
+                                                   ? c.num_layers
+                                                   : p.segment_blocks(c.num_layers)) *
+                          4 +
+                      3) *
+                         BT);
+    }
+  }
+}
+
+TEST_CASE("GPU checkpoint policies give the gradients of no checkpointing", "[gpu][model][checkpoint]") {
+  const GPTConfig c = gpt_config_by_name("tiny");
+  const Batch b = random_batch(c.vocab_size, 5);
+  auto grads_with = [&](const char* policy, std::size_t* forwards) {
+    GpuTrainModel<float> m(c, nullptr);
+    m.set_checkpoint_policy(CheckpointPolicy::parse(policy));
+    m.init_weights(11);
+    m.forward(b.tokens.data(), b.targets.data(), kB, kT);
+    m.backward(1.0);
+    *forwards = m.block_forward_count();
+    return m.grads_to_host();
+  };
+  std::size_t base_forwards = 0;
+  const std::vector<float> base = grads_with("none", &base_forwards);
+  CHECK(base_forwards == static_cast<std::size_t>(c.num_layers));
+  const ParamLayout layout(c);
+  for (const char* policy : {"every:1", "sqrt", "selective"}) {
+    std::size_t forwards = 0;
+    const std::vector<float> g = grads_with(policy, &forwards);
+    INFO("checkpoint " << policy << ": " << forwards << " block forwards");
+    // The same kernels on the same inputs; only wte's atomicAdds may land in another order.
+    check_by_tensor(layout, g.data(), base.data(), 1e-6, "gradient");
+    const CheckpointPolicy p = CheckpointPolicy::parse(policy);
+    if (p.kind != CheckpointPolicy::Kind::kSelective) {
+      const int k = p.segment_blocks(c.num_layers), last = c.num_layers - (c.num_layers - 1) / k * k;
+      CHECK(forwards == static_cast<std::size_t>(2 * c.num_layers - last));
+    }
+  }
+}
+
+TEST_CASE("GPU fp16: an overflowing loss scale skips the step and changes nothing", "[gpu][model][fp16]") {
+  const GPTConfig c = gpt_config_by_name("tiny");
+  const Batch b = random_batch(c.vocab_size, 9);
+  GpuTrainModel<cuda::fp16> m(c, nullptr);
+  m.init_weights(5);
+  const std::vector<float> before(m.master_params(), m.master_params() + m.num_params());
+  AdamW opt(m.num_params(), AdamWConfig{}, nullptr);
+  m.forward(b.tokens.data(), b.targets.data(), kB, kT);
+  m.backward(1e30);  // far beyond fp16's 65504: the gradients overflow to inf
+  const auto out = m.optimizer_step(opt, 1e-3, 1e-30, 0.0);
+  CHECK(out.skipped);
+  CHECK(opt.step_count() == 0);
+  const std::vector<float> after(m.master_params(), m.master_params() + m.num_params());
+  CHECK(after == before);
+}
+
+TEST_CASE("Trainer with --device cuda follows the CPU run", "[gpu][model][trainer]") {
+  const std::string text_path = "test_gpu_model_corpus.txt";
+  TrainOptions o;
+  o.config = "tiny";
+  o.steps = 3;
+  o.batch = 4;
+  o.data = text_path;
+  o.adamw.lr = 1e-3;
+  o.adamw.grad_clip = 1.0;
+  {  // a text file's bytes are its tokens, and tiny has V = 64: bytes 32..63 only
+    std::ofstream f(text_path);
+    Rng rng(3);
+    for (int i = 0; i < 20000; ++i) f << static_cast<char>(' ' + rng.below(32));
+  }
+  MemoryTracker cm, gm;
+  Trainer cpu(o, &cm);
+  o.device = "cuda";
+  Trainer gpu(o, &gm, [](const GPTConfig& c, const std::string& p, MemoryTracker* t) {
+    return cuda::make_gpu_train_model(c, p, t);
+  });
+  for (int i = 0; i < o.steps; ++i) {
+    const StepStats a = cpu.step(), g = gpu.step();
+    INFO("step " << i << ": loss CPU " << a.loss << ", GPU " << g.loss);
+    CHECK(relative(g.loss, a.loss) <= 1e-4);
+  }
+  // The checkpoint reads the device's m and v through the mirror.
+  const TrainCheckpoint cc = cpu.checkpoint(), gc = gpu.checkpoint();
+  CHECK(tensor_error(gc.adam_v.data(), cc.adam_v.data(), cc.adam_v.size()) <= 1e-3);
+  CHECK(gm.peak(MemCategory::kOptimizer) == cm.peak(MemCategory::kOptimizer));
+  std::remove(text_path.c_str());
+}
