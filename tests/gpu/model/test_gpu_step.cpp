@@ -252,7 +252,7 @@ TEST_CASE("GPU fp16: an overflowing loss scale skips the step and changes nothin
   CHECK(after == before);
 }
 
-TEST_CASE("Trainer with --device cuda follows the CPU run", "[gpu][model][trainer]") {
+TEST_CASE("Trainer with --device cuda follows the CPU run (accumulation, checkpointing)", "[gpu][model][trainer]") {
   const std::string text_path = "test_gpu_model_corpus.txt";
   TrainOptions o;
   o.config = "tiny";
@@ -261,6 +261,8 @@ TEST_CASE("Trainer with --device cuda follows the CPU run", "[gpu][model][traine
   o.data = text_path;
   o.adamw.lr = 1e-3;
   o.adamw.grad_clip = 1.0;
+  o.grad_accum = 2;  // stage 01: backward accumulates (+=) over the micro-batches on the GPU too
+  o.checkpoint = CheckpointPolicy::parse("sqrt");  // stage 02
   {  // a text file's bytes are its tokens, and tiny has V = 64: bytes 32..63 only
     std::ofstream f(text_path);
     Rng rng(3);
