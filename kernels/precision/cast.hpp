@@ -1,7 +1,8 @@
 // Stage 03 on the GPU: conversions between fp32 and the half formats. fp32 -> bf16/fp16 rounds
 // to nearest, ties to even (the IEEE default, and what PyTorch's .to() does): overflow gives
 // inf, NaN stays NaN, small values become subnormal before they become zero. bf16/fp16 -> fp32
-// is exact. The CPU versions live in reference/precision/ (stage 03's lab).
+// is exact. The CPU versions live in reference/precision/ (stage 03's lab); every result,
+// NaN payloads included, has the same bits as theirs.
 #pragma once
 
 #include <cuda_runtime_api.h>

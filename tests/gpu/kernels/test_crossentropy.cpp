@@ -1,0 +1,68 @@
+// Fused softmax + cross-entropy on the GPU against its CPU twin
+// (model/layers/crossentropy.hpp): vocabularies smaller than, just over, and far larger than the
+// 512 threads of a row's block (50257, GPT-2's), in place and out of place.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gpu_test_util.hpp"
+#include "kernels/core/device.hpp"
+#include "kernels/layers/crossentropy.hpp"
+#include "model/layers/crossentropy.hpp"
+
+namespace {
+
+using namespace scalelab_gpu_test;
+namespace cuda = scalelab::cuda;
+using scalelab::MemCategory;
+
+TEMPLATE_TEST_CASE("crossentropy forward, backward and mean loss match the CPU twin", "[gpu][crossentropy]", float,
+                   bf16, fp16) {
+  using F = TestType;
+  cuda::Stream stream;
+  const std::vector<std::pair<int, int>> shapes = {{1, 257}, {7, 257}, {33, 1000 + 3}, {5, 50257}};  // (N, V)
+  for (auto [N, V] : shapes) {
+    const std::string label =
+        std::string("crossentropy ") + dtype_name<F>() + " N=" + std::to_string(N) + " V=" + std::to_string(V);
+    Rng rng(seed_for(label));
+    const std::size_t NV = static_cast<std::size_t>(N) * V;
+    const std::vector<float> logits = random_inputs<F>(NV, rng, 0.05f, 4.0f);
+    const std::vector<int> targets = random_ints(N, rng, V);
+    const float dloss = 1.0f / static_cast<float>(N);  // the mean loss's gradient
+
+    std::vector<float> probs(NV), losses(N), dlogits(NV);
+    const float mean = scalelab::crossentropy_forward(probs.data(), losses.data(), logits.data(), targets.data(), N, V);
+    scalelab::crossentropy_backward(dlogits.data(), probs.data(), targets.data(), dloss, N, V);
+
+    DeviceBuffer<int> d_targets = cuda::to_device(targets, MemCategory::kActivations, nullptr);
+    DeviceBuffer<F> d_logits = upload<F>(logits);
+    DeviceBuffer<F> d_probs(NV, MemCategory::kActivations, nullptr), d_dlogits(NV, MemCategory::kGrads, nullptr);
+    DeviceBuffer<float> d_losses(N, MemCategory::kActivations, nullptr), d_mean(1, MemCategory::kActivations, nullptr);
+    poison(d_probs);
+    poison(d_dlogits);
+    poison(d_losses);
+    poison(d_mean);
+    cuda::crossentropy_forward(d_probs.data(), d_losses.data(), d_logits.data(), d_targets.data(), N, V, stream.get());
+    cuda::mean_loss(d_mean.data(), d_losses.data(), N, stream.get());
+    cuda::crossentropy_backward(d_dlogits.data(), d_probs.data(), d_targets.data(), dloss, N, V, stream.get());
+    stream.synchronize();
+    check_close(label + " probs", download(d_probs), probs, rel_tolerance<F>());
+    // The losses and their mean are fp32 whatever F is, computed from the same rounded logits.
+    check_close(label + " losses", download(d_losses), losses, rel_tolerance<float>());
+    check_close(label + " mean loss", download(d_mean), {mean}, rel_tolerance<float>());
+    check_close(label + " dlogits", download(d_dlogits), dlogits, rel_tolerance<F>());
+
+    // In place, as the model runs it: probs over the logits, then dlogits over the probs.
+    cuda::crossentropy_forward(d_logits.data(), d_losses.data(), d_logits.data(), d_targets.data(), N, V, stream.get());
+    stream.synchronize();
+    check_close(label + " probs in place of logits", download(d_logits), probs, rel_tolerance<F>());
+    check_close(label + " losses in place", download(d_losses), losses, rel_tolerance<float>());
+    cuda::crossentropy_backward(d_logits.data(), d_logits.data(), d_targets.data(), dloss, N, V, stream.get());
+    stream.synchronize();
+    check_close(label + " dlogits in place of probs", download(d_logits), dlogits, rel_tolerance<F>());
+  }
+}
+
+}  // namespace

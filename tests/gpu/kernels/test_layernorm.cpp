@@ -1,0 +1,66 @@
+// LayerNorm on the GPU against its CPU twin (model/layers/layernorm.hpp): rows of C not a
+// multiple of the 32 lanes that share a row, row counts not a multiple of the 8 rows of a block.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gpu_test_util.hpp"
+#include "kernels/core/device.hpp"
+#include "kernels/layers/layernorm.hpp"
+#include "model/layers/layernorm.hpp"
+
+namespace {
+
+using namespace scalelab_gpu_test;
+namespace cuda = scalelab::cuda;
+using scalelab::MemCategory;
+
+TEMPLATE_TEST_CASE("layernorm forward and backward match the CPU twin", "[gpu][layernorm]", float, bf16, fp16) {
+  using F = TestType;
+  cuda::Stream stream;
+  // (N rows, C channels): one row; a partial block of rows with C > 3 warps' widths; many rows
+  // with C just over a warp; GPT-2's C.
+  const std::vector<std::pair<int, int>> shapes = {{1, 33}, {7, 100}, {1000 + 3, 33}, {65, 768}};
+  for (auto [N, C] : shapes) {
+    const std::string label = std::string("layernorm ") + dtype_name<F>() + " N=" + std::to_string(N) +
+                              " C=" + std::to_string(C);
+    Rng rng(seed_for(label));
+    const std::size_t NC = static_cast<std::size_t>(N) * C;
+    const std::vector<float> inp = random_inputs<F>(NC, rng, 0.05f, 3.0f);
+    const std::vector<float> weight = random_inputs<F>(C, rng), bias = random_inputs<F>(C, rng);
+    const std::vector<float> dout = random_inputs<F>(NC, rng);
+    // Backward adds into these (+=), so they start non-zero.
+    std::vector<float> dinp = random_inputs<F>(NC, rng), dweight = random_inputs<F>(C, rng);
+    std::vector<float> dbias = random_inputs<F>(C, rng);
+
+    DeviceBuffer<F> d_inp = upload<F>(inp), d_weight = upload<F>(weight), d_bias = upload<F>(bias);
+    DeviceBuffer<F> d_dout = upload<F>(dout), d_dinp = upload<F>(dinp);
+    DeviceBuffer<F> d_dweight = upload<F>(dweight), d_dbias = upload<F>(dbias);
+    DeviceBuffer<F> d_out(NC, MemCategory::kActivations, nullptr);
+    DeviceBuffer<float> d_mean(N, MemCategory::kActivations, nullptr), d_rstd(N, MemCategory::kActivations, nullptr);
+    poison(d_out);
+    poison(d_mean);
+    poison(d_rstd);
+    cuda::layernorm_forward(d_out.data(), d_mean.data(), d_rstd.data(), d_inp.data(), d_weight.data(), d_bias.data(),
+                            N, C, stream.get());
+    cuda::layernorm_backward(d_dinp.data(), d_dweight.data(), d_dbias.data(), d_dout.data(), d_inp.data(),
+                             d_weight.data(), d_mean.data(), d_rstd.data(), N, C, stream.get());
+    stream.synchronize();
+
+    std::vector<float> out(NC), mean(N), rstd(N);
+    scalelab::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(), bias.data(), N, C);
+    scalelab::layernorm_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(),
+                                 mean.data(), rstd.data(), N, C);
+    check_close(label + " out", download(d_out), out, rel_tolerance<F>());
+    // The statistics are fp32 whatever F is, computed from the same (rounded) inputs.
+    check_close(label + " mean", download(d_mean), mean, rel_tolerance<float>());
+    check_close(label + " rstd", download(d_rstd), rstd, rel_tolerance<float>());
+    check_close(label + " dinp", download(d_dinp), dinp, rel_tolerance<F>());
+    check_close(label + " dweight", download(d_dweight), dweight, rel_tolerance<F>());
+    check_close(label + " dbias", download(d_dbias), dbias, rel_tolerance<F>());
+  }
+}
+
+}  // namespace
