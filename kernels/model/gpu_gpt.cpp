@@ -48,7 +48,11 @@ GpuGPT<F>::GpuGPT(const GPTConfig& config, MemoryTracker* tracker, const GpuOpti
       grads_(layout_.num_params(), MemCategory::kGrads, tracker),
       w_(device_param_view(layout_, config_.num_layers, params_.data())),
       g_(device_param_view(layout_, config_.num_layers, grads_.data())),
-      loss_(1, MemCategory::kWorkspace, tracker) {}
+      loss_(1, MemCategory::kWorkspace, tracker) {
+  for (int l = 0; l < config_.num_layers; ++l)
+    block_offsets_.push_back(layout_.find("transformer.h." + std::to_string(l) + ".ln_1.weight").offset);
+  lnf_offset_ = layout_.find("transformer.ln_f.weight").offset;
+}
 
 template <typename F>
 void GpuGPT<F>::ensure_buffers(int B, int T) {
@@ -166,8 +170,10 @@ void GpuGPT<F>::backward(float loss_scale) {
   SCALELAB_CUDA_CHECK(cudaMemsetAsync(dres_, 0, static_cast<std::size_t>(N) * C * sizeof(F), st));
   layernorm_backward(dres_, g_.lnf_w, g_.lnf_b, dlnf_, acts_.final_input, w_.lnf_w, acts_.lnf_mean, acts_.lnf_rstd, N,
                      C, st);
+  notify_grads_ready(lnf_offset_);  // ln_f's gradient kernels are enqueued
   backward_blocks();
   encoder_backward(g_.wte, g_.wpe, dres_, tokens_.data(), B, T, C, st);
+  notify_grads_ready(0);  // the embeddings (wte also got the LM head's gradient) are enqueued
 }
 
 template <typename F>
@@ -185,6 +191,7 @@ template <typename F>
 void GpuGPT<F>::block_backward_at(int l, const GpuBlockActs<F>& a, const F* x) {
   gpu_block_backward(dres_, g_.blocks[l], a, w_.blocks[l], x, scratch_, acts_.B, acts_.T, config_.channels,
                      config_.num_heads, blas_);
+  notify_grads_ready(block_offsets_[l]);  // after this block's kernels are enqueued
 }
 
 template <typename F>

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <vector>
 
 #include "core/memory.hpp"
@@ -79,6 +80,15 @@ class GpuGPT {
   std::size_t block_forward_count() const { return block_forwards_; }
   std::size_t attention_recompute_count() const { return attention_recomputes_; }
 
+  // Stage 04: GPTModel::set_grad_ready_hook's notifications, at the same points and in the same
+  // order (ln_f, each block from the last, the embeddings with offset 0). The hook runs on the
+  // host right after the kernels that write gradients [offset, num_params) have been ENQUEUED on
+  // stream(), not after they ran: the gradients are final in stream order. Work enqueued on
+  // stream() afterwards sees them; anything that reads them from another stream must first wait
+  // on an event recorded on stream() (NCCL), and the host must synchronise stream() (the
+  // host-staging communicator copies on stream() and then synchronises it).
+  void set_grad_ready_hook(std::function<void(std::size_t)> hook) { grad_ready_hook_ = std::move(hook); }
+
  private:
   void ensure_buffers(int B, int T);
   void assign_activations(int B, int T);
@@ -88,6 +98,9 @@ class GpuGPT {
   void block_forward_at(int l, GpuBlockActs<F>& a, const F* x);
   void block_backward_at(int l, const GpuBlockActs<F>& a, const F* x);
   void copy_activation(F* dst, const F* src);  // one (B,T,C) tensor, on the stream
+  void notify_grads_ready(std::size_t offset) {
+    if (grad_ready_hook_) grad_ready_hook_(offset);
+  }
 
   GPTConfig config_;
   ParamLayout layout_;
@@ -109,6 +122,9 @@ class GpuGPT {
   CheckpointPolicy policy_;
   std::size_t block_forwards_ = 0;
   std::size_t attention_recomputes_ = 0;
+  std::function<void(std::size_t)> grad_ready_hook_;
+  std::vector<std::size_t> block_offsets_;  // flat offset of each block's first parameter
+  std::size_t lnf_offset_ = 0;
 };
 
 }  // namespace scalelab::cuda

@@ -4,6 +4,7 @@
 #include "kernels/model/gpu_train_model.hpp"
 
 #include <cmath>
+#include <utility>
 
 #include "core/error.hpp"
 #include "kernels/optim/adamw.hpp"
@@ -114,8 +115,14 @@ TrainModel::StepOutcome GpuTrainModel<F>::optimizer_step(AdamW& optimizer, doubl
 
 template <typename F>
 float* GpuTrainModel<F>::fp32_grads() {
-  throw ConfigError("ddp: data parallelism is not implemented on the GPU yet (it needs an NCCL all-reduce of the "
-                    "device gradients); use --device cpu with --ddp");
+  if constexpr (kMixed) return TrainModel::fp32_grads();  // throws, as the CPU's mixed model does
+  else return gpt_.grads().data();
+}
+
+template <typename F>
+void GpuTrainModel<F>::set_grad_ready_hook(std::function<void(std::size_t)> hook) {
+  if constexpr (kMixed) TrainModel::set_grad_ready_hook(std::move(hook));
+  else gpt_.set_grad_ready_hook(std::move(hook));
 }
 
 template <typename F>

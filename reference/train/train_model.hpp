@@ -9,6 +9,7 @@
 #include <functional>
 #include <string>
 
+#include "comm/datatype.hpp"
 #include "model/checkpoint_policy.hpp"
 #include "model/config.hpp"
 #include "model/params.hpp"
@@ -48,6 +49,9 @@ class TrainModel {
   // them throws ConfigError naming the setting.
   virtual float* fp32_grads();
   virtual void set_grad_ready_hook(std::function<void(std::size_t)> hook);
+  // Where fp32_grads() points: host memory, or a GPU's (the GPU models). Data parallelism needs
+  // a communicator working in the same memory space (Communicator::memory_space()).
+  virtual MemorySpace grads_memory_space() const { return MemorySpace::kHost; }
   // Models that keep AdamW's m and v beside their parameters on a device (the GPU models in
   // kernels/model) return true. The trainer's AdamW then holds only the configuration, the step
   // count and a host mirror of m and v that is not counted as memory; these two copy between the
