@@ -5,6 +5,7 @@
 
 #include "commands.hpp"
 #include "core/error.hpp"
+#include "device_models.hpp"
 #include "train_options.hpp"
 #include "train_run.hpp"
 
@@ -26,7 +27,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--allreduce", *allreduce, "Stage 04: builtin (the backend's) or ring (ours)")->capture_default_str();
   cmd->add_option("--bucket-mb", *bucket_mb, "Stage 04: bucket size in MiB")->capture_default_str();
   cmd->add_option("--first-bucket-mb", *first_bucket_mb, "Stage 04: first bucket size in MiB")->capture_default_str();
-  cmd->add_option("--backend", *backend, "Stage 04: auto, local or mpi")->capture_default_str();
+  cmd->add_option("--backend", *backend,
+                  "Stage 04: auto, local, mpi or nccl (--device cuda; otherwise cuda stages through host memory)")
+      ->capture_default_str();
   cmd->add_option("--trace", *trace, "Stage 04: write the last step's timeline (Chrome trace) here");
   cmd->callback([=] {
     RunOutput out;
@@ -44,7 +47,10 @@ void add_train_command(CLI::App& app) {
     dp.ddp.bucket_bytes = static_cast<std::size_t>(*bucket_mb * 1048576);
     dp.ddp.first_bucket_bytes = static_cast<std::size_t>(*first_bucket_mb * 1048576);
     dp.trace = *trace;
-    CommRuntime runtime(parse_backend(*backend), CommOptions{});
+    // NCCL carries the gradients only; the ranks start, check and report over MPI.
+    dp.nccl = *backend == "nccl";
+    if (dp.nccl) require_nccl_backend(options.device);
+    CommRuntime runtime(parse_backend(dp.nccl ? "mpi" : *backend), CommOptions{});
     const int status = runtime.run([&](Communicator& world) {
       dp.comm = &world;
       out.progress = world.rank() == 0;

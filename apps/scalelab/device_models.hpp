@@ -3,8 +3,10 @@
 // (kernels/model), when it was built with them (SCALELAB_HAVE_CUDA) and a GPU is present.
 #pragma once
 
+#include <memory>
 #include <string>
 
+#include "comm/communicator.hpp"
 #include "train/trainer.hpp"
 
 namespace scalelab::cli {
@@ -12,6 +14,14 @@ namespace scalelab::cli {
 // An empty factory for "cpu" (the trainer builds the CPU models); the GPU models for "cuda".
 // Throws ConfigError naming --device and the fix when cuda is not available here.
 TrainModelFactory model_factory_for(const std::string& device);
+// Stage 04: the communicator DDP all-reduces the model's gradients through. cpu: none (null; the
+// host communicator serves). cuda: NCCL when nccl is set, else the host-staging adapter over
+// `host` (kernels/dist), which copies on the model's stream. Either spans host's ranks.
+std::unique_ptr<Communicator> gradient_communicator_for(const std::string& device, bool nccl, Communicator& host,
+                                                        TrainModel& model);
+// --backend nccl: throws ConfigError unless the device is cuda and this build has NCCL. Called
+// before MPI starts, so every rank fails alike with one message.
+void require_nccl_backend(const std::string& device);
 // "cpu", or the GPU's description ("NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.1 GiB)").
 std::string device_label(const std::string& device);
 

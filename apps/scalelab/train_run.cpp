@@ -19,8 +19,12 @@ double median(std::vector<double> v) {
 
 RunSummary run_training(const TrainOptions& options, const RunOutput& out, const DataParallelRun* dp) {
   MemoryTracker tracker;
+  std::unique_ptr<Communicator> grad_comm;  // declared first: it outlives the trainer's DDP
   Trainer trainer(options, &tracker, model_factory_for(options.device));
-  if (dp) trainer.enable_data_parallel(*dp->comm, dp->ddp);
+  if (dp) {
+    grad_comm = gradient_communicator_for(options.device, dp->nccl, *dp->comm, trainer.model());
+    trainer.enable_data_parallel(*dp->comm, dp->ddp, grad_comm.get());
+  }
   MetricsWriter metrics = options.metrics.empty() ? MetricsWriter() : MetricsWriter(options.metrics);
   RunSummary summary;
   summary.num_params = trainer.model().num_params();
@@ -39,7 +43,9 @@ RunSummary run_training(const TrainOptions& options, const RunOutput& out, const
                        " all-reduces, one per tensor, after backward)").c_str()
                     : ("bucketed (" + std::to_string(trainer.data_parallel()->bucket_ranges().size()) +
                        " buckets, launched during backward)").c_str(),
-                dp->ddp.algorithm == DdpOptions::Algorithm::kRing ? "ring (ours, blocking)" : "builtin (non-blocking)");
+                dp->ddp.algorithm == DdpOptions::Algorithm::kRing
+                    ? "ring (ours, blocking)"
+                    : (std::string("builtin (non-blocking, ") + (grad_comm ? grad_comm.get() : dp->comm)->backend() + ")").c_str());
   std::vector<double> rates, hidden, comm_bytes;
   const long first = trainer.steps_done();
   for (int i = 0; i < options.steps; ++i) {

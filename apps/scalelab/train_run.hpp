@@ -37,6 +37,9 @@ struct DataParallelRun {
   Communicator* comm = nullptr;
   DdpOptions ddp;
   std::string trace;  // Chrome trace of the last step, one file per rank (".rankN.json")
+  // --device cuda: the gradients go over NCCL (--backend nccl), else through host staging over
+  // comm (device_models.hpp: gradient_communicator_for).
+  bool nccl = false;
 };
 
 RunSummary run_training(const TrainOptions& options, const RunOutput& out, const DataParallelRun* dp = nullptr);

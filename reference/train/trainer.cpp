@@ -88,8 +88,10 @@ Trainer::Trainer(const TrainOptions& options, MemoryTracker* tracker, const Trai
 
 Trainer::~Trainer() = default;
 
-void Trainer::enable_data_parallel(Communicator& comm, const DdpOptions& ddp) {
+void Trainer::enable_data_parallel(Communicator& comm, const DdpOptions& ddp, Communicator* grad_comm) {
   const int d = comm.size();
+  SCALELAB_CHECK(grad_comm == nullptr || (grad_comm->size() == d && grad_comm->rank() == comm.rank()),
+                 "the gradient communicator must span the same ranks as the data-parallel group");
   require(options_.batch % (d * options_.grad_accum) == 0, "batch",
           std::to_string(options_.batch) + " rows do not split into " + std::to_string(d) + " ranks x " +
               std::to_string(options_.grad_accum) + " micro-batches",
@@ -107,7 +109,8 @@ void Trainer::enable_data_parallel(Communicator& comm, const DdpOptions& ddp) {
   comm.broadcast(p.data(), p.size(), 0);
   model_->set_master_params(p.data());
   dp_comm_ = &comm;
-  ddp_ = std::make_unique<DataParallel>(comm, *model_, ddp);
+  grad_comm_ = grad_comm ? grad_comm : &comm;
+  ddp_ = std::make_unique<DataParallel>(*grad_comm_, *model_, ddp);
   val_loader_ = std::make_unique<DataLoader>(&data_.val, options_.batch / (d * options_.grad_accum), T_,
                                              options_.seed + 2);
 }
@@ -121,7 +124,7 @@ StepStats Trainer::step() {
   if (ddp_) {
     const int d = dp_comm_->size(), local = options_.batch / d;
     const std::size_t offset = static_cast<std::size_t>(dp_comm_->rank()) * local * T_;
-    const CommStats before = dp_comm_->stats();
+    const CommStats before = grad_comm_->stats();
     ddp_->begin_step(options_.grad_accum);
     // Scaling each rank's loss by 1/d makes the sum over ranks the gradient of the mean loss.
     s.loss = accumulate_gradients(*model_, inputs_.data() + offset, targets_.data() + offset, local, T_,
@@ -130,7 +133,7 @@ StepStats Trainer::step() {
     s.comm_hidden_fraction = report.hidden_fraction;
     s.comm_seconds = report.comm_seconds;
     for (CommOp op : {CommOp::kAllReduce, CommOp::kRingAllReduce})
-      s.comm_bytes_sent += dp_comm_->stats()[op].bytes_sent - before[op].bytes_sent;
+      s.comm_bytes_sent += grad_comm_->stats()[op].bytes_sent - before[op].bytes_sent;
     dp_comm_->all_reduce(&s.loss, 1);  // the mean loss over the whole batch, for the report
     s.loss /= d;
   } else {

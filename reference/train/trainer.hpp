@@ -74,7 +74,11 @@ class Trainer {
   // Stage 04: from now on train as one of comm.size() data-parallel replicas (collective:
   // every rank calls it). Checks that every rank was started alike, then copies rank 0's
   // parameters to all. Each rank then trains on its B/d rows of every batch.
-  void enable_data_parallel(Communicator& comm, const DdpOptions& ddp);
+  // comm carries the host-side traffic (the checks, the starting parameters, the loss). The
+  // gradients go through grad_comm when given: a communicator over the same ranks in the
+  // memory space of the model's gradients (a GPU model's: NCCL or a host-staging adapter);
+  // without it, through comm.
+  void enable_data_parallel(Communicator& comm, const DdpOptions& ddp, Communicator* grad_comm = nullptr);
   DataParallel* data_parallel() { return ddp_.get(); }
 
   StepStats step();
@@ -106,7 +110,8 @@ class Trainer {
   TokenSplit data_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   std::vector<int> inputs_, targets_;
-  Communicator* dp_comm_ = nullptr;
+  Communicator* dp_comm_ = nullptr;    // host memory: checks, parameters, the loss
+  Communicator* grad_comm_ = nullptr;  // the gradients' all-reduces (dp_comm_ unless given)
   std::unique_ptr<DataParallel> ddp_;
 };
 
