@@ -8,12 +8,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 
 #include "batch.hpp"
 #include "compare.hpp"
 #include "core/error.hpp"
-#include "data/tokens.hpp"
+#include "ddp_fixtures.hpp"
 #include "dist/ddp.hpp"
 #include "train/accumulate.hpp"
 #include "train/fp32_model.hpp"
@@ -28,23 +27,7 @@ const prior::ModelShape kShape{64, 16, 32, 2, 4};
 constexpr int kB = 12, kT = 16;  // 12 rows split over 1, 2, 3 or 4 ranks
 constexpr std::uint64_t kSeed = 5;
 
-DdpOptions small_buckets(DdpOptions::Mode mode, DdpOptions::Algorithm algorithm) {
-  DdpOptions o;
-  o.mode = mode;
-  o.algorithm = algorithm;
-  o.first_bucket_bytes = 4 << 10;  // several buckets even for the tiny model
-  o.bucket_bytes = 16 << 10;
-  return o;
-}
-
-std::string tiny_shard() {
-  const std::string path = std::filesystem::temp_directory_path() / "scalelab_ddp_tiny.bin";
-  std::vector<std::uint16_t> tokens;
-  for (int i = 0; i < 3000; ++i) tokens.push_back(static_cast<std::uint16_t>((i * 5 + i / 7) % 64));
-  if (test_world().rank() == 0) write_token_shard(path, tokens);
-  test_world().barrier();
-  return path;
-}
+std::string tiny_shard() { return tiny_token_shard(test_world(), "scalelab_ddp_tiny.bin"); }
 
 TrainOptions tiny_options(const std::string& data) {
   TrainOptions o;
@@ -129,18 +112,9 @@ TEST_CASE("only the last micro-batch communicates, and buckets start during back
                     << " buckets (+1 for the reported loss)");
   CHECK(calls == buckets + 1);
   // Every bucket but the embeddings' is launched before backward ends (its last notification).
-  const auto& events = trainer.data_parallel()->timeline().events();
-  double backward_end = 0;
-  for (const auto& e : events)
-    if (e.category == "compute") backward_end = std::max(backward_end, e.start_us + e.duration_us);
-  std::size_t started_early = 0, comm_events = 0;
-  for (const auto& e : events)
-    if (e.category == "comm") {
-      ++comm_events;
-      if (e.start_us < backward_end) ++started_early;
-    }
-  CHECK(comm_events == buckets);
-  CHECK(started_early + 1 >= buckets);
+  const BucketLaunches launches = bucket_launches(trainer.data_parallel()->timeline().events());
+  CHECK(launches.comm_events == buckets);
+  CHECK(launches.started_early + 1 >= buckets);
 }
 
 TEST_CASE("ranks started with different settings fail on every rank with one message", "[ddp_mismatch]") {

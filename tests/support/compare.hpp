@@ -55,6 +55,19 @@ Comparison compare_close(const std::string& what, const A* got, const B* want, s
   return c;
 }
 
+// ||got - want|| / ||want|| over n elements (when ||want|| is 0: ||got||): one number per
+// tensor where elementwise bounds are too strict (sums in another order, atomics on a GPU).
+template <typename A, typename B>
+double relative_norm_error(const A* got, const B* want, std::size_t n) {
+  double d = 0, r = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double g = static_cast<double>(got[i]), w = static_cast<double>(want[i]);
+    d += (g - w) * (g - w);
+    r += w * w;
+  }
+  return r > 0 ? std::sqrt(d / r) : std::sqrt(d);
+}
+
 // Bitwise equality of two float arrays (so that -0 vs +0 and NaN payloads count).
 template <typename F>
 Comparison compare_bitwise(const std::string& what, const F* got, const F* want, std::size_t n) {

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "compare.hpp"
 #include "core/rng.hpp"
 #include "kernels/model/gpu_train_model.hpp"
 #include "model/gpt.hpp"
@@ -54,14 +55,7 @@ Batch random_batch(int V, std::uint64_t seed) {
 double relative(double a, double b) { return std::fabs(a - b) / std::max(std::fabs(b), 1e-30); }
 
 // ||a - b|| / ||b|| over one tensor; when ||b|| is 0, a must be exactly 0 too.
-double tensor_error(const float* a, const float* b, std::size_t n) {
-  double d = 0, r = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    d += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
-    r += static_cast<double>(b[i]) * b[i];
-  }
-  return r > 0 ? std::sqrt(d / r) : std::sqrt(d);
-}
+double tensor_error(const float* a, const float* b, std::size_t n) { return scalelab_test::relative_norm_error(a, b, n); }
 
 void check_by_tensor(const ParamLayout& layout, const float* gpu, const float* cpu, double tol, const char* what) {
   for (const ParamTensor& t : layout.tensors()) {

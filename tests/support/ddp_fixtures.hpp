@@ -1,0 +1,57 @@
+// What the data-parallel tests share (tests/dist on the CPU, tests/gpu/ddp on the GPU): buckets
+// small enough that the tiny model has several, and a token shard every rank can read.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "data/tokens.hpp"
+#include "dist/ddp.hpp"
+#include "dist/timeline.hpp"
+
+namespace scalelab_test {
+
+inline scalelab::DdpOptions small_buckets(scalelab::DdpOptions::Mode mode, scalelab::DdpOptions::Algorithm algorithm) {
+  scalelab::DdpOptions o;
+  o.mode = mode;
+  o.algorithm = algorithm;
+  o.first_bucket_bytes = 4 << 10;  // several buckets even for the tiny model
+  o.bucket_bytes = 16 << 10;
+  return o;
+}
+
+// 3000 tokens below 64 in the temporary directory, written by rank 0 (a barrier later every
+// rank can read it). file_name keeps tests that may run at the same time apart.
+inline std::string tiny_token_shard(scalelab::Communicator& world, const std::string& file_name) {
+  const std::string path = std::filesystem::temp_directory_path() / file_name;
+  std::vector<std::uint16_t> tokens;
+  for (int i = 0; i < 3000; ++i) tokens.push_back(static_cast<std::uint16_t>((i * 5 + i / 7) % 64));
+  if (world.rank() == 0) scalelab::write_token_shard(path, tokens);
+  world.barrier();
+  return path;
+}
+
+// From one step's DDP timeline: the bucket all-reduces, and how many of them started before
+// backward's last compute stretch ended (during backward, hence possibly overlapped).
+struct BucketLaunches {
+  std::size_t comm_events = 0, started_early = 0;
+};
+inline BucketLaunches bucket_launches(const std::vector<scalelab::TimelineEvent>& events) {
+  double backward_end = 0;
+  for (const auto& e : events)
+    if (e.category == "compute") backward_end = std::max(backward_end, e.start_us + e.duration_us);
+  BucketLaunches out;
+  for (const auto& e : events)
+    if (e.category == "comm") {
+      ++out.comm_events;
+      if (e.start_us < backward_end) ++out.started_early;
+    }
+  return out;
+}
+
+}  // namespace scalelab_test
