@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 #include "comm/ring.hpp"
 #include "core/error.hpp"
@@ -61,6 +62,18 @@ void check_replicas_agree(Communicator& comm, const std::string& description) {
 DataParallel::DataParallel(Communicator& comm, TrainModel& model, const DdpOptions& options)
     : comm_(comm), model_(model), options_(options) {
   model_.fp32_grads();  // a model without fp32 gradients throws its ConfigError here
+  // A communicator handed pointers from the wrong memory space would crash (or read garbage)
+  // far from the mistake: say so here instead.
+  const bool on_device = model_.grads_memory_space() == MemorySpace::kDevice;
+  if (comm_.memory_space() != model_.grads_memory_space())
+    throw ConfigError(std::string("ddp: the model's gradients are in ") + (on_device ? "GPU" : "host") +
+                      " memory but the '" + comm_.backend() + "' communicator works on " +
+                      (on_device ? "host" : "GPU") + " memory; " +
+                      (on_device ? "give DDP a device communicator (NCCL, or the host-staging adapter over MPI)"
+                                 : "use a host-memory backend (local or mpi) with --device cpu"));
+  if (on_device && options_.algorithm == DdpOptions::Algorithm::kRing)
+    throw ConfigError("allreduce: ring adds the received pieces on the host, so it cannot reduce GPU gradients; use "
+                      "--allreduce builtin with --device cuda");
   ranges_ = plan_buckets(model_.layout(), options_.first_bucket_bytes, options_.bucket_bytes);
   if (options_.mode == DdpOptions::Mode::kBucketed)
     model_.set_grad_ready_hook([this](std::size_t offset) { on_grads_ready(offset); });
