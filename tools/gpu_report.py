@@ -66,8 +66,8 @@ def ratios(ours: list, peer: list) -> list:
     """scalelab tokens/s over PyTorch's, per precision, against each PyTorch mode."""
     out = []
     for o in ours:
-        prec, tps = o.get("precision"), o.get("tokens_per_s")
-        if not prec or not tps or o.get("tf32"):
+        prec, tps = o.get("precision") or o.get("variant"), o.get("tokens_per_s")
+        if prec not in ("fp32", "bf16", "fp16") or not tps:  # tf32 has no PyTorch row (it runs TF32 off)
             continue
         row = {"precision": prec, "scalelab tokens/s": tps}
         for p in peer:
