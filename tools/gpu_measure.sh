@@ -65,7 +65,11 @@ if wants kernels; then
   step kernels "$bin/scalelab_gpu_bench" --json "$out/kernels.json"
 fi
 if wants step; then
-  step train_step "$bin/scalelab_gpu_step_bench" --config gpt2 --steps "$steps" --json "$out/step.json"
+  # MFU against the bf16 GEMM this device reached in the kernel step (0, i.e. no MFU, without it).
+  peak=$("$python" -c 'import json,sys; print(json.load(open(sys.argv[1]))["ceilings"]["bf16_gemm_tflops"])' \
+         "$out/kernels.json" 2>/dev/null || echo 0)
+  step train_step "$bin/scalelab_gpu_step_bench" --config gpt2 --precision all --steps "$steps" \
+    --peak-tflops "$peak" --json "$out/step.json"
 fi
 if wants torch; then
   step torch env PYTHONUNBUFFERED=1 "$python" tools/torch_gpu_bench.py --steps "$steps" --sdpa --json "$out/torch.json"
