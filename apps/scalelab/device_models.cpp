@@ -8,14 +8,23 @@
 #include "kernels/dist/host_staging_communicator.hpp"
 #include "kernels/model/gpu_train_model.hpp"
 #endif
+#ifdef SCALELAB_HAVE_NCCL
+#include "kernels/comm/nccl_communicator.hpp"
+#endif
+#ifdef SCALELAB_HAVE_MPI
+#include "comm/mpi/mpi_communicator.hpp"
+#endif
 
 namespace scalelab::cli {
 
 namespace {
+#ifndef SCALELAB_HAVE_NCCL
 [[noreturn]] void nccl_not_built() {
-  throw ConfigError("backend nccl: not built (this scalelab has no NCCL communicator yet); use --backend mpi, which "
-                    "stages the GPU gradients through host memory");
+  throw ConfigError(
+      "backend nccl: this scalelab was built without NCCL (CMake found none; set SCALELAB_NCCL_ROOT and "
+      "reconfigure, docs/nccl.md); use --backend mpi, which stages the GPU gradients through host memory");
 }
+#endif
 
 void require_cuda() {
 #ifdef SCALELAB_HAVE_CUDA
@@ -38,11 +47,23 @@ cudaStream_t model_stream(TrainModel& model) {
   throw Error("device: --device cuda, but the trainer's model is not one of the GPU models");
 }
 
-// HOOK for the NCCL backend (kernels/comm, written separately): when it is built, return its
-// communicator over host's ranks here, made to order its work after `stream`. Until then,
-// require_nccl_backend() refuses --backend nccl before anything starts.
-std::unique_ptr<Communicator> make_nccl_gradient_communicator(Communicator& /*host*/, cudaStream_t /*stream*/) {
+// --backend nccl: an NCCL communicator over host's ranks (the unique id travels over host),
+// one GPU per rank, ordered after the model's stream so a bucket's all-reduce starts once its
+// gradients are written. Without NCCL, require_nccl_backend() refused before anything started.
+std::unique_ptr<Communicator> make_nccl_gradient_communicator(Communicator& host, cudaStream_t stream) {
+#ifdef SCALELAB_HAVE_NCCL
+  cuda::NcclOptions options;
+  options.order_after = stream;
+  options.timeout_seconds = CommOptions{}.timeout_seconds;  // the world's limit (cmd_train.cpp)
+#ifdef SCALELAB_HAVE_MPI
+  // A call stuck inside NCCL's host code ends every rank at once, as the MPI watchdog does.
+  if (host.size() > 1) options.on_hang = [](const std::string& message) { MpiSession::abort_job(message, 3); };
+#endif
+  return cuda::make_nccl_communicator(host, options);
+#else
+  (void)host, (void)stream;
   nccl_not_built();
+#endif
 }
 #endif
 }  // namespace
@@ -51,7 +72,9 @@ void require_nccl_backend(const std::string& device) {
   require(device == "cuda", "backend", "nccl moves GPU memory, but the run uses --device " + device,
           "use --backend nccl with --device cuda, or --backend mpi for --device cpu");
   require_cuda();
+#ifndef SCALELAB_HAVE_NCCL
   nccl_not_built();
+#endif
 }
 
 std::unique_ptr<Communicator> gradient_communicator_for(const std::string& device, bool nccl, Communicator& host,
