@@ -5,9 +5,11 @@
 //   bench_step [--V 256 --T 256 --C 256 --L 4 --H 4 --B 16 --steps 10 --threads 1] [--benchmark_...]
 //
 // Each repetition is one timed step (Iterations(1)); the aggregate rows give the median over
-// --steps steps, after two untimed warm-up steps, as the peer does.
+// --steps steps, after two untimed warm-up steps, as the peer does. The sgemm_* counters time
+// the step's matrix products on their own (bench/sgemm_clock.hpp).
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,6 +23,7 @@
 #include "model/config.hpp"
 #include "model/gpt.hpp"
 #include "optim/adamw.hpp"
+#include "sgemm_clock.hpp"
 
 namespace {
 
@@ -107,7 +110,18 @@ int main(int argc, char** argv) {
       for (int i = 0; i < 2; ++i) train_step(state, o.B, o.T);
       state.warm = true;
     }
+    scalelab::bench::reset_sgemm_totals();
+    const auto t0 = std::chrono::steady_clock::now();
     for (auto _ : st) train_step(state, o.B, o.T);
+    const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // The step's matrix products alone: their share of the step, their speed, and the tokens/s
+    // of a step that spent no time anywhere else (the bound that a faster rest cannot pass).
+    const scalelab::bench::SgemmTotals g = scalelab::bench::sgemm_totals();
+    st.counters["sgemm_calls"] = static_cast<double>(g.calls);
+    st.counters["sgemm_ms"] = 1e3 * g.seconds;
+    st.counters["sgemm_share"] = step_s > 0 ? g.seconds / step_s : 0;
+    st.counters["sgemm_GFLOP_per_s"] = g.seconds > 0 ? g.flops * 1e-9 / g.seconds : 0;
+    st.counters["sgemm_bound_tokens_per_s"] = g.seconds > 0 ? static_cast<double>(BT) / g.seconds : 0;
     st.counters["params"] = P;
     st.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(BT), benchmark::Counter::kIsIterationInvariantRate);
     st.counters["GFLOP_per_s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);

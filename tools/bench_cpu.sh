@@ -126,7 +126,8 @@ def ours(i, r):
     med = next((b for b in rows if b.get("aggregate_name") == "median"), rows[0])  # one step: no aggregates
     to_ms = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[med["time_unit"]]
     return dict(ms=med["real_time"] * to_ms, tok=med["tokens_per_s"], gf=med["GFLOP_per_s"],
-                cpu=med["cpu_time"] * to_ms)
+                cpu=med["cpu_time"] * to_ms), dict(share=med["sgemm_share"], gf=med["sgemm_GFLOP_per_s"],
+                                                   bound=med["sgemm_bound_tokens_per_s"])
 
 def peer(r, kind="peer"):
     p = json.loads(open(f"{work}/{kind}_{r}.json").read().strip().splitlines()[-1])
@@ -135,10 +136,13 @@ def peer(r, kind="peer"):
 
 programs = [f"scalelab ({n})" for n in names]
 runs = {}  # (program, round) -> numbers
+gemm = {}  # (program, round) -> our step's matrix products on their own (bench/sgemm_clock.hpp)
 for r in range(1, rounds + 1):
     for i, prog in enumerate(programs):
-        runs[prog, r] = ours(i, r)
+        runs[prog, r], gemm[prog, r] = ours(i, r)
     runs["PyTorch", r], peer_name = peer(r)
+    for prog in programs:
+        gemm[prog, r]["vs_tok"] = gemm[prog, r]["bound"] / runs["PyTorch", r]["tok"]
     if blas_pool == "1":
         runs["PyTorch, OpenBLAS pool (not 1 thread)", r], _ = peer(r, "peerpool")
 programs.append("PyTorch")
@@ -165,7 +169,15 @@ med = {p: {k: statistics.median(runs[p, r][k] for r in range(1, rounds + 1)) for
 summary = [header.replace("| round | program |", "| program |", 1).replace("|---|---|", "|---|", 1)]
 summary += [row(p, med[p]) for p in programs]
 table, summary = "\n".join(lines), "\n".join(summary)
-print("\n" + summary + "\n\nper round:\n" + table)
+ours_programs = [p for p in programs if p.startswith("scalelab")]
+gmed = {p: {k: statistics.median(gemm[p, r][k] for r in range(1, rounds + 1)) for k in gemm[p, 1]}
+        for p in ours_programs}
+bound = ["| program | share of the step in sgemm | sgemm GFLOP/s | tokens/s if only sgemm took time "
+         "| that bound vs PyTorch |", "|---|---:|---:|---:|---:|"]
+bound += [f"| {p} | {g['share']:.0%} | {g['gf']:.1f} | {g['bound']:,.0f} | **{g['vs_tok']:.2f}x** |"
+          for p, g in gmed.items()]
+bound = "\n".join(bound)
+print("\n" + summary + "\n\nmatrix products only:\n" + bound + "\n\nper round:\n" + table)
 print("\nx vs PyTorch: tokens/s over PyTorch's (wall clock), and PyTorch's CPU time per step over ours")
 
 if write == "1":
@@ -197,11 +209,22 @@ shared machine disturb less than the wall clock; where the two disagree, the mac
 (For a run with OpenBLAS's thread pool on, CPU time counts every thread, so only its wall-clock
 figures compare.)
 
-What bounds the ratio: both programs call the same OpenBLAS sgemm for the same matrix products
-(scalelab skips the products above the causal diagonal, PyTorch does not), and those products
-are most of the step. Time the whole step with `perf record` and the share in `sgemm_*` is the
-floor for both; what a faster implementation can remove is the rest (elementwise and row-wise
-layers, the optimizer, PyTorch's framework overhead). Per-layer numbers: `build/<dir>/bench/bench_layers`.
+## What bounds the ratio: the matrix products
+
+Both programs call the same OpenBLAS sgemm for the same matrix products (scalelab skips the
+products above the causal diagonal, PyTorch does not), and those products are most of the step.
+bench_step times every cblas_sgemm call inside its own step (an interposer,
+`bench/sgemm_clock.hpp`); dividing the step's tokens by that time alone gives the tokens/s of a
+step whose layers, optimizer and bookkeeping took no time at all. No implementation that keeps
+these fp32 products in this BLAS can pass that bound; the last column sets it against
+PyTorch's tokens/s in the same round.
+
+{bound}
+
+What a faster implementation can still remove is the gap between a row above and its bound
+(elementwise and row-wise layers, the optimizer); past that, only a faster GEMM (or fewer
+FLOPs, e.g. lower precision, which would no longer be the same computation) moves the ratio.
+Per-layer numbers: `build/<dir>/bench/bench_layers`.
 
 ## Every round
 
