@@ -7,7 +7,6 @@
 #include <memory>
 #include <vector>
 
-
 namespace scalelab {
 
 namespace {
@@ -16,8 +15,8 @@ namespace {
 constexpr int kReduceScatterTag = 4101;
 constexpr int kAllGatherTag = 4102;
 
-// [[maybe_unused]] here, on add_into and on piece_elements: only the lab regions call them, so a student's
-// skeleton (labs/) would otherwise warn about unused functions.
+// [[maybe_unused]] here, on add_into and on piece_elements: only the lab regions call them, so a
+// student's skeleton (labs/) would otherwise warn about unused functions.
 [[maybe_unused]] int wrap(int b, int n) { return ((b % n) + n) % n; }
 
 // One message of a ring collective: `length` elements at `offset`, received at `step`.
