@@ -20,7 +20,7 @@
 
 #include "kernels/core/dtype.hpp"
 #include "kernels/model/gpu_gpt.hpp"
-#include "train/train_model.hpp"
+#include "model/train_model.hpp"
 
 namespace scalelab::cuda {
 

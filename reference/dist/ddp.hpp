@@ -24,7 +24,7 @@
 #include "comm/communicator.hpp"
 #include "dist/timeline.hpp"
 #include "model/params.hpp"
-#include "train/train_model.hpp"
+#include "model/train_model.hpp"
 
 namespace scalelab {
 

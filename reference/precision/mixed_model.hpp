@@ -24,7 +24,7 @@
 #include "core/memory.hpp"
 #include "model/block.hpp"
 #include "precision/half.hpp"
-#include "train/train_model.hpp"
+#include "model/train_model.hpp"
 
 namespace scalelab {
 

@@ -3,7 +3,7 @@
 // parameter gradients add up (+=) across micro-batches; the optimizer then steps once.
 #pragma once
 
-#include "train/train_model.hpp"
+#include "model/train_model.hpp"
 
 namespace scalelab {
 

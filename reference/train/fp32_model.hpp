@@ -3,7 +3,7 @@
 #pragma once
 
 #include "model/gpt.hpp"
-#include "train/train_model.hpp"
+#include "model/train_model.hpp"
 
 namespace scalelab {
 

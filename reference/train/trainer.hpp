@@ -16,7 +16,7 @@
 #include "model/checkpoint_policy.hpp"
 #include "optim/adamw.hpp"
 #include "train/loss_scaler.hpp"
-#include "train/train_model.hpp"
+#include "model/train_model.hpp"
 
 namespace scalelab {
 

@@ -1,5 +1,5 @@
 // Defaults of TrainModel's optional abilities.
-#include "train/train_model.hpp"
+#include "model/train_model.hpp"
 
 #include "core/error.hpp"
 
