@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
-#include <sstream>
 #include <cstdlib>
 #include <unistd.h>
 
@@ -15,6 +15,7 @@
 
 #include "commands.hpp"
 #include "core/error.hpp"
+#include "io/process.hpp"
 #include "train_options.hpp"
 #include "train_run.hpp"
 
@@ -22,52 +23,80 @@ namespace scalelab::cli {
 
 namespace {
 
+// A rung is the ladder's base options changed by one technique (or several, composed). A rung
+// with more than one rank runs as its own job under mpirun, with exactly these options.
 struct Rung {
   std::string stage;  // "00", "01", ...
   std::string name;
-  int grad_accum = 1;
-  std::string checkpoint = "none";
-  std::string precision = "fp32";
+  int ranks = 1;
+  std::function<void(TrainOptions&)> apply;
 };
 
-std::vector<Rung> all_rungs(int accum) {
+std::vector<Rung> all_rungs(int accum, int ranks) {
+  const std::string k = std::to_string(accum);
   return {
-      {"00", "naive", 1, "none", "fp32"},
-      {"01", "grad-accum x" + std::to_string(accum), accum, "none", "fp32"},
-      {"02", "checkpoint sqrt(L)", 1, "sqrt", "fp32"},
-      {"02", "checkpoint selective", 1, "selective", "fp32"},
-      {"03", "bf16", 1, "none", "bf16"},
-      {"03", "fp16 + loss scaler", 1, "none", "fp16"},
-      {"01-03", "accum+sqrt+bf16", accum, "sqrt", "bf16"},
+      {"00", "naive", 1, [](TrainOptions&) {}},
+      {"01", "grad-accum x" + k, 1, [accum](TrainOptions& o) { o.grad_accum = accum; }},
+      {"02", "checkpoint sqrt(L)", 1, [](TrainOptions& o) { o.checkpoint = CheckpointPolicy::parse("sqrt"); }},
+      {"02", "checkpoint selective", 1,
+       [](TrainOptions& o) { o.checkpoint = CheckpointPolicy::parse("selective"); }},
+      {"03", "bf16", 1, [](TrainOptions& o) { o.precision = "bf16"; }},
+      {"03", "fp16 + loss scaler", 1, [](TrainOptions& o) { o.precision = "fp16"; }},
+      {"01-03", "accum+sqrt+bf16", 1,
+       [accum](TrainOptions& o) {
+         o.grad_accum = accum;
+         o.checkpoint = CheckpointPolicy::parse("sqrt");
+         o.precision = "bf16";
+       }},
+      {"04", "DDP bucketed x" + std::to_string(ranks), ranks,
+       [ranks](TrainOptions& o) {
+         o.parallel.dp = ranks;
+         o.parallel.ddp = "bucketed";
+         o.threads = 1;  // one BLAS thread per rank: the ranks share the cores
+       }},
   };
 }
 
 double mib(std::size_t bytes) { return bytes / 1048576.0; }
 
-std::string quoted(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
-// Stage 04 needs several processes: the ladder starts `mpirun -np ranks scalelab train --ddp
-// bucketed` with the same options and reads the loss curve and measurements back from the
-// metrics file that rank 0 writes.
-nlohmann::json run_data_parallel_rung(const TrainOptions& o, int ranks, const std::string& metrics) {
-  std::ostringstream cmd;
-  cmd << "mpirun --oversubscribe -np " << ranks << " " << quoted(std::filesystem::read_symlink("/proc/self/exe"))
-      << " train --ddp bucketed --config " << o.config << " --steps " << o.steps << " --batch " << o.batch
-      << " --seq-len " << o.seq_len << " --lr " << o.adamw.lr << " --beta1 " << o.adamw.beta1 << " --beta2 "
-      << o.adamw.beta2 << " --eps " << o.adamw.eps << " --weight-decay " << o.adamw.weight_decay << " --grad-clip "
-      << o.adamw.grad_clip << " --seed " << o.seed << " --val-every " << o.val_every << " --val-batches "
-      << o.val_batches << " --threads 1 --log-every " << std::max(1, o.steps / 4) << " --metrics " << quoted(metrics);
-  if (!o.data.empty()) cmd << " --data " << quoted(o.data);
+// A rung in this process: its row from the run's summary.
+nlohmann::json run_in_process(const TrainOptions& o, const RunOutput& progress) {
+  const RunSummary s = run_training(o, progress);
+  nlohmann::json row = {{"losses", s.losses},
+                        {"final_loss", s.losses.empty() ? 0.0 : s.losses.back()},
+                        {"val_loss", s.final_val_loss},
+                        {"tokens_per_s", s.tokens_per_s},
+                        {"gflops", s.gflops},
+                        {"num_params", s.num_params},
+                        {"block_forwards", s.block_forwards}};
+  for (int k = 0; k < kMemCategoryCount; ++k)
+    row["peak_bytes"][mem_category_name(static_cast<MemCategory>(k))] = s.peak_bytes[k];
+  return row;
+}
+
+// A rung of several ranks: `mpirun -np R scalelab train --options-file F`, where F holds the
+// rung's options exactly (options_to_json), and rank 0 writes the metrics the row is read from.
+nlohmann::json run_with_mpirun(TrainOptions o, int ranks, int log_every, const std::string& files) {
+  o.metrics = files + ".jsonl";
+  const std::string options_path = files + ".options.json";
+  write_options_file(options_path, o);
+  const std::vector<std::string> argv = {"mpirun", "--oversubscribe", "-np", std::to_string(ranks),
+                                         std::filesystem::read_symlink("/proc/self/exe").string(), "train",
+                                         "--options-file", options_path, "--log-every", std::to_string(log_every)};
+  std::string command;
+  for (const std::string& a : argv) command += (command.empty() ? "" : " ") + a;
   std::fflush(stdout);
-  const int status = std::system(cmd.str().c_str());
-  require(status == 0, "ladder", "stage 04 (`" + cmd.str() + "`) failed with status " + std::to_string(status),
-          "run that command by hand to see why, or leave stage 04 out with --stages 00,01,02,03");
+  const ProcessResult result = run_process(argv);
+  require(result.ok(), "ladder", "`" + command + "` " + result.describe(),
+          "run that command by hand to see why, or leave the rung out with --stages");
   nlohmann::json row = {{"losses", nlohmann::json::array()}};
-  std::ifstream in(metrics);
+  std::ifstream in(o.metrics);
   std::string line;
   std::vector<double> rates, hidden, bytes;
   nlohmann::json last;
@@ -80,12 +109,8 @@ nlohmann::json run_data_parallel_rung(const TrainOptions& o, int ranks, const st
       bytes.push_back(last["comm_bytes_sent"].get<double>());
     }
   }
-  require(!last.is_null(), "ladder", "stage 04 wrote no metrics to '" + metrics + "'", "run it by hand to see why");
-  auto median = [](std::vector<double> v) {
-    if (v.empty()) return 0.0;
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
+  require(!last.is_null(), "ladder", "`" + command + "` wrote no metrics to '" + o.metrics + "'",
+          "run it by hand to see why");
   double mean_hidden = 0;
   for (double h : hidden) mean_hidden += h / std::max<std::size_t>(1, hidden.size());
   row["final_loss"] = last["loss"];
@@ -111,95 +136,78 @@ void add_ladder_command(CLI::App& app) {
   auto stages = std::make_shared<std::string>("all");
   auto ranks = std::make_shared<int>(2);
   CLI::App* cmd = app.add_subcommand("ladder", "Run every stage side by side and print one comparison table");
-  add_train_flags(cmd, *flags);
+  add_train_flags(cmd, *flags, /*parallel=*/false);
   cmd->add_option("--accum", *accum, "Micro-batches for the accumulation rows")->capture_default_str();
   cmd->add_option("--json", *json_path, "Write the table and every loss curve here (for the notebooks)")
       ->capture_default_str();
   cmd->add_option("--stages", *stages, "Comma-separated stage numbers to run (e.g. 00,02), or all")
       ->capture_default_str();
-  cmd->add_option("--ranks", *ranks, "Processes for stage 04 (data parallel, started with mpirun)")
+  cmd->add_option("--ranks", *ranks, "Processes for the multi-rank rungs (stage 04; started with mpirun)")
       ->capture_default_str();
   cmd->callback([=] {
     const TrainOptions base = flags->finish();
+    bool mpi = true;
+#ifndef SCALELAB_HAVE_MPI
+    mpi = false;
+#endif
     std::vector<Rung> rungs;
-    for (const Rung& r : all_rungs(*accum))
-      if (*stages == "all" || ("," + *stages + ",").find("," + r.stage + ",") != std::string::npos)
-        rungs.push_back(r);
-    require(!rungs.empty() || *stages == "04", "stages", "'" + *stages + "' selects no stage",
-            "use e.g. 00,01,02,03,04 or all");
+    for (const Rung& r : all_rungs(*accum, *ranks))
+      if (*stages == "all" || ("," + *stages + ",").find("," + r.stage + ",") != std::string::npos) rungs.push_back(r);
+    require(!rungs.empty(), "stages", "'" + *stages + "' selects no stage", "use e.g. 00,01,02,03,04 or all");
     require(base.batch % *accum == 0, "accum",
             std::to_string(*accum) + " does not divide --batch " + std::to_string(base.batch),
             "choose an --accum that divides --batch");
+    require(*ranks >= 1, "ranks", "must be at least 1, got " + std::to_string(*ranks), "pass e.g. --ranks 2");
+    for (const Rung& r : rungs) {  // every rung's options are checked before the first one trains
+      TrainOptions o = base;
+      r.apply(o);
+      o.validate(r.ranks);
+    }
+    // OpenMPI refuses to start as root unless told that this is intended (containers, CI).
+    if (geteuid() == 0) {
+      setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+      setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+    }
+    const std::string files_base = json_path->empty() ? std::string("out/ladder")
+                                                      : std::filesystem::path(*json_path).replace_extension("").string();
 
     nlohmann::json out = nlohmann::json::array();
-    std::vector<RunSummary> results;
     std::vector<double> baseline;  // stage 00's loss curve
     for (const Rung& r : rungs) {
       TrainOptions o = base;
-      o.grad_accum = r.grad_accum;
-      o.checkpoint = CheckpointPolicy::parse(r.checkpoint);
-      o.precision = r.precision;
+      r.apply(o);
       o.metrics.clear();
-      RunOutput progress;
-      progress.label = "[" + r.stage + " " + r.name + "] ";
-      progress.log_every = std::max(1, o.steps / 4);
-      std::printf("\n== stage %s: %s\n", r.stage.c_str(), r.name.c_str());
-      RunSummary s = run_training(o, progress);
-      if (r.stage == "00") baseline = s.losses;
+      const int log_every = std::max(1, o.steps / 4);
+      nlohmann::json row;
+      if (r.ranks == 1) {
+        std::printf("\n== stage %s: %s\n", r.stage.c_str(), r.name.c_str());
+        RunOutput progress;
+        progress.label = "[" + r.stage + " " + r.name + "] ";
+        progress.log_every = log_every;
+        row = run_in_process(o, progress);
+      } else if (!mpi) {
+        std::printf("\n== stage %s skipped: this build has no MPI (apt-get install libopenmpi-dev openmpi-bin)\n",
+                    r.stage.c_str());
+        continue;
+      } else {
+        std::printf("\n== stage %s: %s, %d ranks (mpirun)\n", r.stage.c_str(), r.name.c_str(), r.ranks);
+        row = run_with_mpirun(o, r.ranks, log_every, files_base + "-" + r.stage);
+      }
+      const std::vector<double> losses = row["losses"].get<std::vector<double>>();
+      if (r.stage == "00") baseline = losses;
       double diff = std::nan("");
-      if (!baseline.empty() && baseline.size() == s.losses.size()) {
+      if (!baseline.empty() && baseline.size() == losses.size()) {
         diff = 0;
-        for (std::size_t i = 0; i < s.losses.size(); ++i) diff = std::max(diff, std::fabs(s.losses[i] - baseline[i]));
+        for (std::size_t i = 0; i < losses.size(); ++i) diff = std::max(diff, std::fabs(losses[i] - baseline[i]));
       }
-      nlohmann::json row = {{"stage", r.stage},
-                            {"name", r.name},
-                            {"grad_accum", r.grad_accum},
-                            {"checkpoint", r.checkpoint},
-                            {"precision", r.precision},
-                            {"losses", s.losses},
-                            {"final_loss", s.losses.empty() ? 0.0 : s.losses.back()},
-                            {"val_loss", s.final_val_loss},
-                            {"max_loss_diff_vs_00", std::isnan(diff) ? nlohmann::json(nullptr) : nlohmann::json(diff)},
-                            {"tokens_per_s", s.tokens_per_s},
-                            {"gflops", s.gflops},
-                            {"num_params", s.num_params},
-                            {"block_forwards", s.block_forwards}};
-      for (int k = 0; k < kMemCategoryCount; ++k)
-        row["peak_bytes"][mem_category_name(static_cast<MemCategory>(k))] = s.peak_bytes[k];
-      out.push_back(row);
-    }
-
-    bool want04 = *stages == "all" || ("," + *stages + ",").find(",04,") != std::string::npos;
-#ifndef SCALELAB_HAVE_MPI
-    if (want04) std::printf("\n== stage 04 skipped: this build has no MPI (apt-get install libopenmpi-dev openmpi-bin)\n");
-    want04 = false;
-#endif
-    if (want04) {
-      // OpenMPI refuses to start as root unless told that this is intended (containers, CI).
-      if (geteuid() == 0) {
-        setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-        setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-      }
-      require(*ranks >= 1 && base.batch % *ranks == 0, "ranks",
-              std::to_string(*ranks) + " ranks do not divide --batch " + std::to_string(base.batch),
-              "choose --ranks that divides --batch");
-      std::printf("\n== stage 04: data parallel, %d ranks (mpirun)\n", *ranks);
-      const std::string metrics = json_path->empty() ? std::string("out/ladder-04.jsonl")
-                                                     : std::filesystem::path(*json_path).replace_extension("").string() +
-                                                           "-04.jsonl";
-      if (std::filesystem::path(metrics).has_parent_path())
-        std::filesystem::create_directories(std::filesystem::path(metrics).parent_path());
-      nlohmann::json row = run_data_parallel_rung(base, *ranks, metrics);
-      double diff = 0;
-      for (std::size_t i = 0; i < baseline.size() && i < row["losses"].size(); ++i)
-        diff = std::max(diff, std::fabs(row["losses"][i].get<double>() - baseline[i]));
-      row["stage"] = "04";
-      row["name"] = "DDP bucketed x" + std::to_string(*ranks);
-      row["grad_accum"] = 1;
-      row["checkpoint"] = "none";
-      row["precision"] = "fp32";
-      row["max_loss_diff_vs_00"] = baseline.empty() ? nlohmann::json(nullptr) : nlohmann::json(diff);
-      row["num_params"] = out.empty() ? nlohmann::json(nullptr) : out[0]["num_params"];
+      row["stage"] = r.stage;
+      row["name"] = r.name;
+      row["ranks"] = r.ranks;
+      row["grad_accum"] = o.grad_accum;
+      row["checkpoint"] = o.checkpoint.describe();
+      row["precision"] = o.precision;
+      row["max_loss_diff_vs_00"] = std::isnan(diff) ? nlohmann::json(nullptr) : nlohmann::json(diff);
+      if (!row.contains("num_params")) row["num_params"] = out.empty() ? nlohmann::json(nullptr) : out[0]["num_params"];
       out.push_back(row);
     }
 
@@ -222,9 +230,10 @@ void add_ladder_command(CLI::App& app) {
     }
     for (const auto& row : out)
       if (row.contains("comm_hidden_fraction"))
-        std::printf("stage 04: each rank sent %.1f MB per step in its all-reduces; %.0f%% of the all-reduce time was "
+        std::printf("stage %s: each rank sent %.1f MB per step in its all-reduces; %.0f%% of the all-reduce time was "
                     "hidden behind backward (timeline: scalelab train --ddp bucketed --trace out/trace.json)\n",
-                    row["comm_bytes_per_step"].get<double>() / 1e6, 100 * row["comm_hidden_fraction"].get<double>());
+                    row["stage"].get<std::string>().c_str(), row["comm_bytes_per_step"].get<double>() / 1e6,
+                    100 * row["comm_hidden_fraction"].get<double>());
     if (!json_path->empty()) {
       const std::filesystem::path p(*json_path);
       if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());

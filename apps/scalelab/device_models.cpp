@@ -91,6 +91,13 @@ std::unique_ptr<Communicator> gradient_communicator_for(const std::string& devic
 #endif
 }
 
+GradCommFactory gradient_communicator_factory(const std::string& device, bool nccl) {
+  if (device != "cuda") return {};
+  return [device, nccl](Communicator& host, TrainModel& model) {
+    return gradient_communicator_for(device, nccl, host, model);
+  };
+}
+
 TrainModelFactory model_factory_for(const std::string& device) {
   if (device == "cpu") return {};
   require(device == "cuda", "device", "unknown device '" + device + "'", "use --device cpu or --device cuda");

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "comm/communicator.hpp"
+#include "dist/ddp_strategy.hpp"
 #include "train/trainer.hpp"
 
 namespace scalelab::cli {
@@ -19,6 +20,8 @@ TrainModelFactory model_factory_for(const std::string& device);
 // `host` (kernels/dist), which copies on the model's stream. Either spans host's ranks.
 std::unique_ptr<Communicator> gradient_communicator_for(const std::string& device, bool nccl, Communicator& host,
                                                         TrainModel& model);
+// The same as a factory for the DDP strategy (dist/ddp_strategy.hpp): empty for cpu.
+GradCommFactory gradient_communicator_factory(const std::string& device, bool nccl);
 // --backend nccl: throws ConfigError unless the device is cuda and this build has NCCL. Called
 // before MPI starts, so every rank fails alike with one message.
 void require_nccl_backend(const std::string& device);

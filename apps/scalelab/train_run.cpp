@@ -4,7 +4,13 @@
 #include <algorithm>
 #include <cstdio>
 
+#include <cstdlib>
+
+#include "comm/runtime.hpp"
+#include "core/error.hpp"
 #include "device_models.hpp"
+#include "dist/timeline.hpp"
+#include "parallel/strategy_factory.hpp"
 #include "train/metrics.hpp"
 
 namespace scalelab::cli {
@@ -15,16 +21,36 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
+
+// --backend auto: MPI when an MPI launcher started this process (mpirun sets these), so that a
+// plain `scalelab train` needs no MPI at all; nccl starts and reports over MPI too.
+Backend runtime_backend(const std::string& backend) {
+  if (backend == "nccl") return Backend::kMpi;
+  if (backend != "auto") return parse_backend(backend);
+  const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("PMI_RANK");
+  return launched && mpi_compiled_in() ? Backend::kMpi : Backend::kLocal;
+}
 }  // namespace
 
-RunSummary run_training(const TrainOptions& options, const RunOutput& out, const DataParallelRun* dp) {
+void run_training_job(const TrainOptions& options, RunOutput out) {
+  if (options.parallel.backend == "nccl") require_nccl_backend(options.device);  // before MPI starts
+  CommRuntime runtime(runtime_backend(options.parallel.backend), CommOptions{});
+  const int status = runtime.run([&](Communicator& world) {
+    check_parallel_options(options, world.size());  // before any data is read, on every rank
+    out.progress = out.progress && world.rank() == 0;
+    TrainOptions mine = options;
+    if (world.rank() != 0) mine.save_weights = mine.save_checkpoint = mine.metrics = "";  // rank 0 writes
+    run_training(mine, out, &world);
+    return 0;
+  });
+  if (status != 0) throw Error("training failed with status " + std::to_string(status));
+}
+
+RunSummary run_training(const TrainOptions& options, const RunOutput& out, Communicator* world) {
   MemoryTracker tracker;
-  std::unique_ptr<Communicator> grad_comm;  // declared first: it outlives the trainer's DDP
-  Trainer trainer(options, &tracker, model_factory_for(options.device));
-  if (dp) {
-    grad_comm = gradient_communicator_for(options.device, dp->nccl, *dp->comm, trainer.model());
-    trainer.enable_data_parallel(*dp->comm, dp->ddp, grad_comm.get());
-  }
+  const GradCommFactory grad_comm = gradient_communicator_factory(options.device, options.parallel.backend == "nccl");
+  Trainer trainer(options, &tracker, model_factory_for(options.device), make_strategy_factory(world, grad_comm));
+  const bool parallel = !options.parallel.single_device() || (world && world->size() > 1);
   MetricsWriter metrics = options.metrics.empty() ? MetricsWriter() : MetricsWriter(options.metrics);
   RunSummary summary;
   summary.num_params = trainer.model().num_params();
@@ -35,17 +61,7 @@ RunSummary run_training(const TrainOptions& options, const RunOutput& out, const
                 out.label.c_str(), c.name.c_str(), c.vocab_size, trainer.seq_len(), c.channels, c.num_layers,
                 c.num_heads, summary.num_params, options.batch, trainer.seq_len(), options.precision.c_str(),
                 options.grad_accum, options.checkpoint.describe().c_str(), device_label(options.device).c_str());
-  if (dp && out.progress)
-    std::printf("%sdata parallel: %d ranks x %d rows, %s, all-reduce %s\n", out.label.c_str(), dp->comm->size(),
-                options.batch / dp->comm->size(),
-                dp->ddp.mode == DdpOptions::Mode::kNaive
-                    ? ("naive (" + std::to_string(trainer.model().layout().tensors().size()) +
-                       " all-reduces, one per tensor, after backward)").c_str()
-                    : ("bucketed (" + std::to_string(trainer.data_parallel()->bucket_ranges().size()) +
-                       " buckets, launched during backward)").c_str(),
-                dp->ddp.algorithm == DdpOptions::Algorithm::kRing
-                    ? "ring (ours, blocking)"
-                    : (std::string("builtin (non-blocking, ") + (grad_comm ? grad_comm.get() : dp->comm)->backend() + ")").c_str());
+  if (parallel && out.progress) std::printf("%s%s\n", out.label.c_str(), trainer.strategy().describe().c_str());
   std::vector<double> rates, hidden, comm_bytes;
   const long first = trainer.steps_done();
   for (int i = 0; i < options.steps; ++i) {
@@ -59,7 +75,7 @@ RunSummary run_training(const TrainOptions& options, const RunOutput& out, const
     nlohmann::json rec = {{"step", s.step},       {"loss", s.loss},           {"grad_norm", s.grad_norm},
                           {"ms", s.seconds * 1e3}, {"tokens_per_s", s.tokens_per_s}, {"skipped", s.skipped},
                           {"loss_scale", s.loss_scale}};
-    if (dp) {
+    if (parallel) {
       rec["comm_hidden_fraction"] = s.comm_hidden_fraction;
       rec["comm_seconds"] = s.comm_seconds;
       rec["comm_bytes_sent"] = s.comm_bytes_sent;
@@ -80,7 +96,7 @@ RunSummary run_training(const TrainOptions& options, const RunOutput& out, const
       if (val >= 0) std::printf(" | val %.4f", val);
       std::printf(" | %7.0f tok/s | %6.1f GFLOP/s | %6.0f ms | peak %.1f MiB", s.tokens_per_s,
                   s.tokens_per_s * trainer.flops_per_token() / 1e9, s.seconds * 1e3, tracker.peak_total() / 1048576.0);
-      if (dp)
+      if (parallel)
         std::printf(" | all-reduce %.1f MB, %.0f ms, %.0f%% hidden", s.comm_bytes_sent / 1e6, s.comm_seconds * 1e3,
                     100 * s.comm_hidden_fraction);
       std::printf("%s\n", s.skipped ? " | skipped (inf/NaN), scale lowered" : "");
@@ -93,11 +109,13 @@ RunSummary run_training(const TrainOptions& options, const RunOutput& out, const
     for (double h : hidden) summary.comm_hidden_fraction += h / hidden.size();
     for (double b : comm_bytes) summary.comm_bytes_per_step += b / comm_bytes.size();
   }
-  if (dp && !dp->trace.empty()) {
-    std::string path = dp->trace;
+  const Timeline* timeline = trainer.strategy().timeline();
+  if (!options.parallel.trace.empty() && timeline) {
+    const int rank = world ? world->rank() : 0;
+    std::string path = options.parallel.trace;
     const std::size_t dot = path.rfind(".json");
-    path = (dot == std::string::npos ? path : path.substr(0, dot)) + ".rank" + std::to_string(dp->comm->rank()) + ".json";
-    trainer.data_parallel()->timeline().write_chrome_trace(path, dp->comm->rank());
+    path = (dot == std::string::npos ? path : path.substr(0, dot)) + ".rank" + std::to_string(rank) + ".json";
+    timeline->write_chrome_trace(path, rank);
     if (out.progress) std::printf("%swrote the last step's timeline: %s (one file per rank)\n", out.label.c_str(), path.c_str());
   }
   summary.gflops = summary.tokens_per_s * trainer.flops_per_token() / 1e9;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.hpp"
 #include "core/memory.hpp"
 #include "train/trainer.hpp"
 
@@ -32,16 +33,13 @@ struct RunOutput {
   std::string label;     // prefixed to progress lines (the ladder's stage name)
 };
 
-// Stage 04: train as one data-parallel replica of `comm` (every rank calls run_training).
-struct DataParallelRun {
-  Communicator* comm = nullptr;
-  DdpOptions ddp;
-  std::string trace;  // Chrome trace of the last step, one file per rank (".rankN.json")
-  // --device cuda: the gradients go over NCCL (--backend nccl), else through host staging over
-  // comm (device_models.hpp: gradient_communicator_for).
-  bool nccl = false;
-};
+// One rank's run. world: the job's communicator (null: one process, no parallel strategies);
+// the trainer's strategy comes from options.parallel (parallel/strategy_factory.hpp).
+RunSummary run_training(const TrainOptions& options, const RunOutput& out, Communicator* world = nullptr);
 
-RunSummary run_training(const TrainOptions& options, const RunOutput& out, const DataParallelRun* dp = nullptr);
+// `scalelab train`: starts the communication runtime the options ask for (mpi under mpirun,
+// else one local rank), validates the layout against the job on every rank, and runs
+// run_training on each; rank 0 prints and writes the files. A failure on any rank ends the job.
+void run_training_job(const TrainOptions& options, RunOutput out);
 
 }  // namespace scalelab::cli

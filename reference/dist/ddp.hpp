@@ -73,7 +73,12 @@ class DataParallel {
   DdpStepReport finish_step();
 
   const std::vector<std::pair<std::size_t, std::size_t>>& bucket_ranges() const { return ranges_; }
+  // All-reduces per step: one per tensor (naive) or one per bucket (bucketed).
+  std::size_t bucket_count() const {
+    return options_.mode == DdpOptions::Mode::kNaive ? model_.layout().tensors().size() : ranges_.size();
+  }
   Timeline& timeline() { return timeline_; }
+  const Timeline& timeline() const { return timeline_; }
   const DdpOptions& options() const { return options_; }
 
  private:

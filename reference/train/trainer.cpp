@@ -7,45 +7,20 @@
 #include "core/error.hpp"
 #include "data/tokens.hpp"
 #include "io/safetensors.hpp"
-#include "train/accumulate.hpp"
+#include "train/single_device.hpp"
 
 namespace scalelab {
-
-void TrainOptions::validate() const {
-  const GPTConfig c = gpt_config_by_name(config);  // throws for an unknown name
-  require(steps >= 0, "steps", "must be non-negative, got " + std::to_string(steps), "pass e.g. --steps 100");
-  require(batch >= 1 && batch <= 4096, "batch", "must be in [1, 4096], got " + std::to_string(batch),
-          "pass e.g. --batch 16");
-  require(seq_len >= 0 && seq_len <= c.max_seq_len, "seq_len",
-          "must be in [1, " + std::to_string(c.max_seq_len) + "] for config '" + config + "', got " +
-              std::to_string(seq_len),
-          "use a sequence length no longer than the model's context, or 0 for the full context");
-  require(grad_accum >= 1, "grad_accum", "must be at least 1, got " + std::to_string(grad_accum),
-          "use --grad-accum 1 for no accumulation");
-  require(batch % grad_accum == 0, "grad_accum",
-          "batch " + std::to_string(batch) + " is not divisible into " + std::to_string(grad_accum) + " micro-batches",
-          "choose a --grad-accum that divides --batch " + std::to_string(batch));
-  require(val_every >= 0 && val_batches >= 1, "val_every/val_batches", "must be >= 0 and >= 1",
-          "pass e.g. --val-every 25 --val-batches 4");
-  require(threads >= 1 && threads <= 256, "threads", "must be in [1, 256], got " + std::to_string(threads),
-          "pass e.g. --threads 1");
-  require(precision == "fp32" || precision == "bf16" || precision == "fp16", "precision",
-          "unknown precision '" + precision + "'", "use fp32, bf16 or fp16");
-  require(device == "cpu" || device == "cuda", "device", "unknown device '" + device + "'", "use cpu or cuda");
-  require(resume.empty() || init_weights.empty(), "resume/init_weights", "both given",
-          "a checkpoint already holds the weights: drop --init");
-  adamw.validate();
-}
 
 double Trainer::flops_per_token() const {
   const GPTConfig& c = model_->config();
   return 6.0 * static_cast<double>(model_->num_params()) + 12.0 * c.num_layers * c.channels * T_;
 }
 
-Trainer::Trainer(const TrainOptions& options, MemoryTracker* tracker, const TrainModelFactory& factory)
+Trainer::Trainer(const TrainOptions& options, MemoryTracker* tracker, const TrainModelFactory& factory,
+                 const StrategyFactory& strategies)
     : options_(options), tracker_(tracker) {
   options_.validate();
-  const GPTConfig config = gpt_config_by_name(options_.config);
+  const GPTConfig config = options_.model_config();
   T_ = options_.seq_len > 0 ? options_.seq_len : config.max_seq_len;
   set_blas_threads(options_.threads);
 
@@ -57,9 +32,7 @@ Trainer::Trainer(const TrainOptions& options, MemoryTracker* tracker, const Trai
                 " is outside the vocabulary of config '" + config.name + "' (V=" + std::to_string(config.vocab_size) + ")",
             "use a data file tokenized for this vocabulary (text files give bytes: V >= 256)");
   data_ = split_tokens(tokens, options_.val_fraction, T_);
-  const int micro = options_.batch / options_.grad_accum;
   train_loader_ = std::make_unique<DataLoader>(&data_.train, options_.batch, T_, options_.seed + 1);
-  val_loader_ = std::make_unique<DataLoader>(&data_.val, micro, T_, options_.seed + 2);
 
   require(factory || options_.device == "cpu", "device",
           "'" + options_.device + "' was asked for, but this program gave the trainer no model factory for it",
@@ -75,45 +48,40 @@ Trainer::Trainer(const TrainOptions& options, MemoryTracker* tracker, const Trai
   inputs_.resize(static_cast<std::size_t>(options_.batch) * T_);
   targets_.resize(inputs_.size());
 
-  if (!options_.resume.empty()) {
-    restore(load_checkpoint(options_.resume, &config));
-  } else if (!options_.init_weights.empty()) {
+  if (!options_.init_weights.empty()) {
     std::vector<float> w(model_->num_params());
     load_weights(options_.init_weights, model_->config(), w.data());
     model_->set_master_params(w.data());
   } else {
     model_->init_weights(options_.seed);
   }
+
+  if (strategies) {
+    strategy_ = strategies(options_, *model_);
+  } else {
+    require(options_.parallel.single_device(), "parallel",
+            "the options ask for parallel training, but this program gave the trainer no parallel strategies",
+            "train through scalelab train (mpirun -np N), or pass make_strategy_factory(world) to the Trainer");
+    strategy_ = std::make_unique<SingleDevice>();
+  }
+  strategy_->attach(StrategyContext{*model_, *optimizer_, options_, tracker_, T_, run_description()});
+  // Validation runs in pieces of the training micro-batch (see validation_loss()).
+  const int pieces = options_.micro_batches() * strategy_->data_parallel_size();
+  val_loader_ = std::make_unique<DataLoader>(&data_.val, options_.batch / pieces, T_, options_.seed + 2);
+  if (!options_.resume.empty()) restore(load_checkpoint(options_.resume, &config));
+}
+
+std::string Trainer::run_description() const {
+  const GPTConfig& c = model_->config();
+  return "config " + c.name + " (V=" + std::to_string(c.vocab_size) + " T=" + std::to_string(T_) +
+         " C=" + std::to_string(c.channels) + " L=" + std::to_string(c.num_layers) + " NH=" +
+         std::to_string(c.num_heads) + "), seed " + std::to_string(options_.seed) + ", batch " +
+         std::to_string(options_.batch) + ", grad-accum " + std::to_string(options_.micro_batches()) +
+         ", precision " + options_.precision + ", " + std::to_string(data_.train.size() + data_.val.size()) +
+         " tokens";
 }
 
 Trainer::~Trainer() = default;
-
-void Trainer::enable_data_parallel(Communicator& comm, const DdpOptions& ddp, Communicator* grad_comm) {
-  const int d = comm.size();
-  SCALELAB_CHECK(grad_comm == nullptr || (grad_comm->size() == d && grad_comm->rank() == comm.rank()),
-                 "the gradient communicator must span the same ranks as the data-parallel group");
-  require(options_.batch % (d * options_.grad_accum) == 0, "batch",
-          std::to_string(options_.batch) + " rows do not split into " + std::to_string(d) + " ranks x " +
-              std::to_string(options_.grad_accum) + " micro-batches",
-          "choose --batch divisible by (ranks x --grad-accum) = " + std::to_string(d * options_.grad_accum));
-  const GPTConfig& c = model_->config();
-  const std::string description =
-      "config " + c.name + " (V=" + std::to_string(c.vocab_size) + " T=" + std::to_string(T_) +
-      " C=" + std::to_string(c.channels) + " L=" + std::to_string(c.num_layers) + " NH=" + std::to_string(c.num_heads) +
-      "), seed " + std::to_string(options_.seed) + ", batch " + std::to_string(options_.batch) + ", grad-accum " +
-      std::to_string(options_.grad_accum) + ", precision " + options_.precision + ", " +
-      std::to_string(data_.train.size() + data_.val.size()) + " tokens";
-  check_replicas_agree(comm, description);
-  // Like PyTorch's DDP: rank 0's parameters are the starting point of every replica.
-  std::vector<float> p(model_->master_params(), model_->master_params() + model_->num_params());
-  comm.broadcast(p.data(), p.size(), 0);
-  model_->set_master_params(p.data());
-  dp_comm_ = &comm;
-  grad_comm_ = grad_comm ? grad_comm : &comm;
-  ddp_ = std::make_unique<DataParallel>(*grad_comm_, *model_, ddp);
-  val_loader_ = std::make_unique<DataLoader>(&data_.val, options_.batch / (d * options_.grad_accum), T_,
-                                             options_.seed + 2);
-}
 
 StepStats Trainer::step() {
   const auto t0 = std::chrono::steady_clock::now();
@@ -121,27 +89,17 @@ StepStats Trainer::step() {
   model_->zero_grad();
   train_loader_->next_batch(inputs_.data(), targets_.data());  // the global batch, alike on every rank
   s.loss_scale = scaler_.loss_scale();
-  if (ddp_) {
-    const int d = dp_comm_->size(), local = options_.batch / d;
-    const std::size_t offset = static_cast<std::size_t>(dp_comm_->rank()) * local * T_;
-    const CommStats before = grad_comm_->stats();
-    ddp_->begin_step(options_.grad_accum);
-    // Scaling each rank's loss by 1/d makes the sum over ranks the gradient of the mean loss.
-    s.loss = accumulate_gradients(*model_, inputs_.data() + offset, targets_.data() + offset, local, T_,
-                                  options_.grad_accum, s.loss_scale / d);
-    const DdpStepReport report = ddp_->finish_step();
-    s.comm_hidden_fraction = report.hidden_fraction;
-    s.comm_seconds = report.comm_seconds;
-    for (CommOp op : {CommOp::kAllReduce, CommOp::kRingAllReduce})
-      s.comm_bytes_sent += grad_comm_->stats()[op].bytes_sent - before[op].bytes_sent;
-    dp_comm_->all_reduce(&s.loss, 1);  // the mean loss over the whole batch, for the report
-    s.loss /= d;
-  } else {
-    s.loss = accumulate_gradients(*model_, inputs_.data(), targets_.data(), options_.batch, T_, options_.grad_accum,
-                                  s.loss_scale);
-  }
-  const auto outcome = model_->optimizer_step(*optimizer_, options_.adamw.lr, 1.0 / s.loss_scale,
-                                              options_.adamw.grad_clip);
+  const GlobalBatch batch{inputs_.data(), targets_.data(), options_.batch, T_, options_.micro_batches()};
+  strategy_->begin_step(batch);
+  const double local_loss = strategy_->run_micro_batches(*model_, batch, s.loss_scale);
+  strategy_->sync_gradients(*model_);
+  s.loss = strategy_->mean_loss(local_loss);
+  const StepCommReport comm = strategy_->step_report();
+  s.comm_hidden_fraction = comm.hidden_fraction;
+  s.comm_seconds = comm.comm_seconds;
+  s.comm_bytes_sent = comm.bytes_sent;
+  const auto outcome = strategy_->optimizer_step(*model_, *optimizer_, options_.adamw.lr, 1.0 / s.loss_scale,
+                                                 options_.adamw.grad_clip);
   scaler_.update(outcome.skipped);
   s.skipped = outcome.skipped;
   s.grad_norm = outcome.grad_norm;
@@ -155,14 +113,14 @@ double Trainer::validation_loss() {
   // The same rows whatever the accumulation or data parallelism: val_batches full batches, run
   // in pieces of the training micro-batch so the activation memory stays that of training
   // (every data-parallel rank computes the same validation loss).
-  const int pieces = options_.grad_accum * (dp_comm_ ? dp_comm_->size() : 1);
+  const int pieces = options_.micro_batches() * strategy_->data_parallel_size();
   const int micro = options_.batch / pieces;
   const int count = options_.val_batches * pieces;
   std::vector<int> x(static_cast<std::size_t>(micro) * T_), y(x.size());
   double total = 0;
   for (int i = 0; i < count; ++i) {
     val_loader_->sequential_batch(static_cast<std::size_t>(i), x.data(), y.data());
-    total += model_->forward(x.data(), y.data(), micro, T_);
+    total += strategy_->evaluate(*model_, x.data(), y.data(), micro, T_);
   }
   return total / count;
 }
@@ -180,6 +138,7 @@ TrainCheckpoint Trainer::checkpoint() const {
   c.batches_served = train_loader_->batches_served();
   c.loss_scale = scaler_.enabled ? scaler_.scale : 0.0;
   c.loss_scale_clean_steps = scaler_.clean_steps;
+  strategy_->save_state(c);
   return c;
 }
 
@@ -197,6 +156,7 @@ void Trainer::restore(const TrainCheckpoint& c) {
     scaler_.scale = c.loss_scale;
     scaler_.clean_steps = c.loss_scale_clean_steps;
   }
+  strategy_->load_state(c);
 }
 
 void Trainer::save_checkpoint(const std::string& path) const { scalelab::save_checkpoint(path, checkpoint()); }

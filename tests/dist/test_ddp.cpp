@@ -79,8 +79,7 @@ TEST_CASE("parameters stay bitwise identical on every rank", "[graded][ddp_ident
     MemoryTracker tracker;
     TrainOptions o = tiny_options(data);
     o.grad_accum = kB % (2 * world.size()) == 0 ? 2 : 1;
-    Trainer trainer(o, &tracker);
-    trainer.enable_data_parallel(world, small_buckets(DdpOptions::parse_mode(mode), DdpOptions::Algorithm::kRing));
+    Trainer trainer(o, &tracker, {}, ddp_strategy(world, small_buckets(DdpOptions::parse_mode(mode), DdpOptions::Algorithm::kRing)));
     double first = 0, last = 0;
     for (int i = 0; i < 5; ++i) {
       const double loss = trainer.step().loss;
@@ -101,10 +100,9 @@ TEST_CASE("only the last micro-batch communicates, and buckets start during back
   TrainOptions o = tiny_options(tiny_shard());
   o.batch = 4 * world.size();
   o.grad_accum = 4;
-  Trainer trainer(o, &tracker);
   const DdpOptions opts = small_buckets(DdpOptions::Mode::kBucketed, DdpOptions::Algorithm::kBuiltin);
-  trainer.enable_data_parallel(world, opts);
-  const std::size_t buckets = trainer.data_parallel()->bucket_ranges().size();
+  Trainer trainer(o, &tracker, {}, ddp_strategy(world, opts));
+  const std::size_t buckets = ddp_of(trainer).engine().bucket_ranges().size();
   const auto calls_before = world.stats()[CommOp::kAllReduce].calls;
   trainer.step();
   const auto calls = world.stats()[CommOp::kAllReduce].calls - calls_before;
@@ -112,7 +110,7 @@ TEST_CASE("only the last micro-batch communicates, and buckets start during back
                     << " buckets (+1 for the reported loss)");
   CHECK(calls == buckets + 1);
   // Every bucket but the embeddings' is launched before backward ends (its last notification).
-  const BucketLaunches launches = bucket_launches(trainer.data_parallel()->timeline().events());
+  const BucketLaunches launches = bucket_launches(ddp_of(trainer).engine().timeline().events());
   CHECK(launches.comm_events == buckets);
   CHECK(launches.started_early + 1 >= buckets);
 }
@@ -127,9 +125,8 @@ TEST_CASE("ranks started with different settings fail on every rank with one mes
   MemoryTracker tracker;
   TrainOptions o = tiny_options(data);
   if (world.rank() == world.size() - 1) o.seed = kSeed + 1;
-  Trainer trainer(o, &tracker);
   const std::string who = "ddp: rank " + std::to_string(world.size() - 1) + " was started with different settings";
-  CHECK_THROWS_WITH(trainer.enable_data_parallel(world, DdpOptions{}),
+  CHECK_THROWS_WITH(Trainer(o, &tracker, {}, ddp_strategy(world, DdpOptions{})),
                     Catch::Contains(who) && Catch::Contains("seed 5") && Catch::Contains("start every rank with the same"));
 }
 
@@ -139,8 +136,7 @@ TEST_CASE("a batch that ranks x micro-batches does not divide is a clear error",
   MemoryTracker tracker;
   TrainOptions o = tiny_options(tiny_shard());
   o.batch = world.size() + 1;
-  Trainer trainer(o, &tracker);
-  CHECK_THROWS_WITH(trainer.enable_data_parallel(world, DdpOptions{}),
+  CHECK_THROWS_WITH(Trainer(o, &tracker, {}, ddp_strategy(world, DdpOptions{})),
                     Catch::Contains("batch: " + std::to_string(world.size() + 1) + " rows do not split into " +
                                     std::to_string(world.size()) + " ranks"));
 }

@@ -12,7 +12,9 @@
 #include "comm/communicator.hpp"
 #include "data/tokens.hpp"
 #include "dist/ddp.hpp"
+#include "dist/ddp_strategy.hpp"
 #include "dist/timeline.hpp"
+#include "train/trainer.hpp"
 
 namespace scalelab_test {
 
@@ -23,6 +25,20 @@ inline scalelab::DdpOptions small_buckets(scalelab::DdpOptions::Mode mode, scale
   o.first_bucket_bytes = 4 << 10;  // several buckets even for the tiny model
   o.bucket_bytes = 16 << 10;
   return o;
+}
+
+// The trainer's strategy for DDP over `world` with these options; the gradients go through a
+// communicator made by make_grad_comm when given (a GPU model's).
+inline scalelab::StrategyFactory ddp_strategy(scalelab::Communicator& world, const scalelab::DdpOptions& options,
+                                              scalelab::GradCommFactory make_grad_comm = {}) {
+  return [&world, options, make_grad_comm](const scalelab::TrainOptions&, scalelab::TrainModel&) {
+    return std::make_unique<scalelab::DdpStrategy>(world, options, nullptr, make_grad_comm);
+  };
+}
+
+// The DDP strategy a trainer was built with.
+inline scalelab::DdpStrategy& ddp_of(scalelab::Trainer& trainer) {
+  return dynamic_cast<scalelab::DdpStrategy&>(trainer.strategy());
 }
 
 // 3000 tokens below 64 in the temporary directory, written by rank 0 (a barrier later every

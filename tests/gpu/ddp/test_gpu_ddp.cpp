@@ -62,6 +62,13 @@ TrainModelFactory gpu_factory() {
 }
 
 cudaStream_t stream_of(TrainModel& model) { return dynamic_cast<GpuTrainModel<float>&>(model).stream(); }
+
+// DDP's gradients staged through host memory over the host communicator, on the model's stream.
+GradCommFactory staging() {
+  return [](Communicator& host, TrainModel& model) -> std::unique_ptr<Communicator> {
+    return std::make_unique<HostStagingCommunicator>(host, stream_of(model));
+  };
+}
 }  // namespace
 
 TEST_CASE("GPU DDP on d ranks equals stage 01 on the CPU with d micro-batches", "[gpu_ddp_equal]") {
@@ -113,9 +120,8 @@ TEST_CASE("GPU DDP keeps the parameters bitwise identical on every rank", "[gpu_
     MemoryTracker tracker;
     TrainOptions o = tiny_gpu_options(data);
     o.grad_accum = kB % (2 * world.size()) == 0 ? 2 : 1;
-    Trainer trainer(o, &tracker, gpu_factory());
-    HostStagingCommunicator dev(world, stream_of(trainer.model()));
-    trainer.enable_data_parallel(world, gpu_buckets(DdpOptions::parse_mode(mode)), &dev);
+    Trainer trainer(o, &tracker, gpu_factory(), ddp_strategy(world, gpu_buckets(DdpOptions::parse_mode(mode)), staging()));
+    Communicator& dev = ddp_of(trainer).gradient_communicator();
     double first = 0, last = 0;
     for (int i = 0; i < 5; ++i) {
       const auto before = dev.stats()[CommOp::kAllReduce].bytes_sent;
@@ -144,10 +150,9 @@ TEST_CASE("GPU DDP: only the last micro-batch communicates, buckets start during
   TrainOptions o = tiny_gpu_options(tiny_shard());
   o.batch = 4 * world.size();
   o.grad_accum = 4;
-  Trainer trainer(o, &tracker, gpu_factory());
-  HostStagingCommunicator dev(world, stream_of(trainer.model()));
-  trainer.enable_data_parallel(world, gpu_buckets(DdpOptions::Mode::kBucketed), &dev);
-  const std::size_t buckets = trainer.data_parallel()->bucket_ranges().size();
+  Trainer trainer(o, &tracker, gpu_factory(), ddp_strategy(world, gpu_buckets(DdpOptions::Mode::kBucketed), staging()));
+  Communicator& dev = ddp_of(trainer).gradient_communicator();
+  const std::size_t buckets = ddp_of(trainer).engine().bucket_ranges().size();
   const auto world_before = world.stats()[CommOp::kAllReduce].calls;
   trainer.step();
   const auto calls = dev.stats()[CommOp::kAllReduce].calls;
@@ -156,7 +161,7 @@ TEST_CASE("GPU DDP: only the last micro-batch communicates, buckets start during
   CHECK(calls == buckets);
   // The host world carries the buckets' staged all-reduces and the reported loss.
   CHECK(world.stats()[CommOp::kAllReduce].calls - world_before == buckets + 1);
-  const BucketLaunches launches = bucket_launches(trainer.data_parallel()->timeline().events());
+  const BucketLaunches launches = bucket_launches(ddp_of(trainer).engine().timeline().events());
   CHECK(launches.comm_events == buckets);
   CHECK(launches.started_early + 1 >= buckets);  // all but the embeddings' bucket launch inside backward
 }

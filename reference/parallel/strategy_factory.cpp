@@ -1,0 +1,45 @@
+// The registry of parallel strategies. A stage adds its strategy here, nowhere else.
+#include "parallel/strategy_factory.hpp"
+
+#include "core/error.hpp"
+#include "train/single_device.hpp"
+
+namespace scalelab {
+
+namespace {
+
+// Settings that name a stage this build does not have yet: one clear refusal each.
+void refuse_missing_stages(const ParallelOptions& p) {
+  require(p.pp == 1, "pp", "pipeline parallelism (--pp " + std::to_string(p.pp) + ") is stage 05, not built yet",
+          "use --pp 1");
+  require(p.tp == 1, "tp", "tensor parallelism (--tp " + std::to_string(p.tp) + ") is stage 06, not built yet",
+          "use --tp 1");
+  require(!p.sequence_parallel, "sequence_parallel", "sequence parallelism is stage 06, not built yet",
+          "drop --sequence-parallel");
+  require(p.zero == 0, "zero", "ZeRO (--zero " + std::to_string(p.zero) + ") is stage 07, not built yet",
+          "use --zero 0 (plain data parallelism)");
+  require(!p.offload, "offload", "optimizer offload is stage 07, not built yet", "drop --offload");
+}
+
+}  // namespace
+
+void check_parallel_options(const TrainOptions& o, int world_size) {
+  o.validate(world_size);
+  refuse_missing_stages(o.parallel);
+}
+
+StrategyFactory make_strategy_factory(Communicator* world, GradCommFactory grad_comm) {
+  return [world, grad_comm](const TrainOptions& o, TrainModel&) -> std::unique_ptr<ParallelStrategy> {
+    const int world_size = world ? world->size() : 1;
+    check_parallel_options(o, world_size);
+    const int d = o.data_parallel_size(world_size);
+    const bool ddp = d > 1 || o.parallel.ddp == "naive" || o.parallel.ddp == "bucketed";
+    if (!ddp) return std::make_unique<SingleDevice>();
+    require(world != nullptr, "ddp", "data parallelism needs a communicator, and this run has none",
+            "start the run through scalelab train (mpirun -np N for N ranks)");
+    // Without tp and pp every rank is a replica: the data-parallel group is the world.
+    return std::make_unique<DdpStrategy>(*world, ddp_options_from(o.parallel), nullptr, grad_comm);
+  };
+}
+
+}  // namespace scalelab

@@ -1,0 +1,26 @@
+// Which ParallelStrategy a run gets: the one place where the parallel stages are registered.
+// It sits above train/ (the seam) and dist/ (the strategies), so neither includes the other's
+// way around: train/ knows only the interface, each stage only its own strategy.
+#pragma once
+
+#include "comm/communicator.hpp"
+#include "dist/ddp_strategy.hpp"
+#include "train/parallel_strategy.hpp"
+
+namespace scalelab {
+
+// The library's strategies for jobs over `world` (null: one process without a communicator).
+// For each run it validates the options against the world's size (every rank alike, so every
+// rank throws the same ConfigError), then builds:
+//   nothing parallel asked for                 SingleDevice
+//   dp > 1, or --ddp naive|bucketed            DdpStrategy over the world (stage 04)
+// and refuses, by flag, the stages this build does not have yet. grad_comm makes the
+// gradients' communicator for models whose gradients live on a GPU.
+// The checks the factory makes before building anything: the options against a job of
+// world_size ranks, and the stages this build has. A program calls it on every rank before it
+// loads data or builds a model, so a bad layout fails at once, alike everywhere.
+void check_parallel_options(const TrainOptions& options, int world_size);
+
+StrategyFactory make_strategy_factory(Communicator* world, GradCommFactory grad_comm = {});
+
+}  // namespace scalelab
