@@ -86,3 +86,50 @@ TEST_CASE("scalelab train runs a short job, writes metrics, weights and state", 
   CHECK(resumed.status == 0);
   CHECK(resumed.output.find("step     3/3") != std::string::npos);
 }
+
+TEST_CASE("scalelab train refuses a bad parallel layout before reading any data", "[cli]") {
+  struct Case {
+    const char* args;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"train --dp 2", "error: dp: --dp 2 x --tp 1 x --pp 1 = 2 ranks, but this job has 1; start it with mpirun -np 2"},
+      {"train --zero 1", "error: zero: ZeRO (--zero 1) is stage 07, not built yet"},
+      {"train --tp 3", "error: tp: --tp 3 does not divide the model's 4 heads"},
+      {"train --backend nccl", "error: backend: nccl moves GPU memory, but the run uses --device cpu"},
+      {"train --schedule gpipe", "error: schedule: --schedule gpipe needs a pipeline"},
+      {"train --options-file /no/options.json", "error: options_file: cannot read '/no/options.json'"},
+      {"train --options-file /no/options.json --steps 3",
+       "error: options_file: --options-file gives every option, and --steps was given too"},
+      {"ladder --ranks 3 --stages 04", "error: batch: 8 rows do not split into 3 ranks x 1 micro-batches"},
+  };
+  for (const auto& c : cases) {
+    const CliResult r = run_cli(c.args);
+    INFO("scalelab " << c.args << "\n  exit status " << r.status << "\n  output: " << r.output);
+    CHECK(r.status == 2);
+    CHECK(r.output.find(c.message) != std::string::npos);
+  }
+}
+
+TEST_CASE("scalelab train --options-file runs the options a file holds", "[cli]") {
+  const std::string dir = "/tmp/scalelab_cli_options";
+  std::system(("mkdir -p " + dir).c_str());
+  std::FILE* f = std::fopen((dir + "/o.json").c_str(), "w");
+  REQUIRE(f != nullptr);
+  // steps 2, batch 2, T 32, and a learning rate that no flag default has.
+  std::fputs(R"({"config":"mini","steps":2,"batch":2,"seq_len":32,
+    "adamw":{"lr":0.00123,"beta1":0.9,"beta2":0.999,"eps":1e-08,"weight_decay":0.01,"grad_clip":0.0},
+    "seed":7,"data":"","val_fraction":0.1,"val_every":0,"val_batches":1,"threads":1,"grad_accum":1,
+    "checkpoint":"sqrt","precision":"fp32",
+    "parallel":{"dp":0,"tp":1,"pp":1,"micro_batches":0,"schedule":"1f1b","virtual_stages":1,
+                "sequence_parallel":false,"zero":0,"offload":false,"ddp":"auto","allreduce":"builtin",
+                "bucket_mb":25.0,"first_bucket_mb":1.0,"backend":"auto","trace":""},
+    "device":"cpu","init_weights":"","save_weights":"","save_checkpoint":"","resume":"","metrics":""})",
+             f);
+  std::fclose(f);
+  const CliResult r = run_cli("train --options-file " + dir + "/o.json");
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(r.output.find("checkpoint sqrt") != std::string::npos);
+  CHECK(r.output.find("step     2/2") != std::string::npos);
+}
