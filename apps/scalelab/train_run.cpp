@@ -39,7 +39,7 @@ void run_training_job(const TrainOptions& options, RunOutput out) {
     check_parallel_options(options, world.size());  // before any data is read, on every rank
     out.progress = out.progress && world.rank() == 0;
     TrainOptions mine = options;
-    if (world.rank() != 0) mine.save_weights = mine.save_checkpoint = mine.metrics = "";  // rank 0 writes
+    if (world.rank() != 0) mine.metrics = "";  // rank 0 writes the metrics; the strategy decides the rest
     run_training(mine, out, &world);
     return 0;
   });
@@ -110,6 +110,9 @@ RunSummary run_training(const TrainOptions& options, const RunOutput& out, Commu
     for (double b : comm_bytes) summary.comm_bytes_per_step += b / comm_bytes.size();
   }
   const Timeline* timeline = trainer.strategy().timeline();
+  if (!options.parallel.trace.empty() && !timeline && out.progress)
+    std::printf("%sno timeline to write to %s: the %s strategy records none\n", out.label.c_str(),
+                options.parallel.trace.c_str(), trainer.strategy().describe().c_str());
   if (!options.parallel.trace.empty() && timeline) {
     const int rank = world ? world->rank() : 0;
     std::string path = options.parallel.trace;

@@ -92,4 +92,14 @@ double DdpStrategy::mean_loss(double local_loss) {
 
 const Timeline* DdpStrategy::timeline() const { return &ddp_->timeline(); }
 
+void DdpStrategy::save_weights(const TrainModel& model, const std::string& path) const {
+  if (comm_.rank() == 0) ParallelStrategy::save_weights(model, path);
+  comm_.barrier();  // the file is complete when any rank returns
+}
+
+void DdpStrategy::save_checkpoint(const TrainCheckpoint& checkpoint, const std::string& path) const {
+  if (comm_.rank() == 0) ParallelStrategy::save_checkpoint(checkpoint, path);
+  comm_.barrier();
+}
+
 }  // namespace scalelab

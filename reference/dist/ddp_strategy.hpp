@@ -41,6 +41,9 @@ class DdpStrategy final : public ParallelStrategy {
   double mean_loss(double local_loss) override;
   StepCommReport step_report() const override { return report_; }
   const Timeline* timeline() const override;
+  // Every replica holds the same weights and state: rank 0 writes them.
+  void save_weights(const TrainModel& model, const std::string& path) const override;
+  void save_checkpoint(const TrainCheckpoint& checkpoint, const std::string& path) const override;
 
   DataParallel& engine() { return *ddp_; }
   Communicator& gradient_communicator() { return *grad_comm_; }

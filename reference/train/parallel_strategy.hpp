@@ -107,6 +107,13 @@ class ParallelStrategy {
   // read after the trainer's part. Nothing by default.
   virtual void save_state(TrainCheckpoint& /*checkpoint*/) const {}
   virtual void load_state(const TrainCheckpoint& /*checkpoint*/) {}
+
+  // Files at the end of a run, called on every rank (collective where the strategy gathers):
+  // the weights as one nanoGPT-named safetensors file, and the training state. By default
+  // this rank writes both; replicas leave it to rank 0, sharded strategies gather or write
+  // one file per rank.
+  virtual void save_weights(const TrainModel& model, const std::string& path) const;
+  virtual void save_checkpoint(const TrainCheckpoint& checkpoint, const std::string& path) const;
 };
 
 // Builds the strategy for a run's options and model (parallel/strategy_factory.hpp makes the

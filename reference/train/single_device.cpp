@@ -1,9 +1,20 @@
 // One device: the batch's micro-batches one after another (train/accumulate.cpp).
 #include "train/single_device.hpp"
 
+#include "io/checkpoint.hpp"
+#include "io/safetensors.hpp"
 #include "train/accumulate.hpp"
 
 namespace scalelab {
+
+// The defaults of ParallelStrategy's file hooks: this rank holds everything and writes it.
+void ParallelStrategy::save_weights(const TrainModel& model, const std::string& path) const {
+  scalelab::save_weights(path, model.config(), model.master_params());
+}
+
+void ParallelStrategy::save_checkpoint(const TrainCheckpoint& checkpoint, const std::string& path) const {
+  scalelab::save_checkpoint(path, checkpoint);
+}
 
 double SingleDevice::run_micro_batches(TrainModel& model, const GlobalBatch& batch, double loss_scale) {
   return accumulate_gradients(model, batch.inputs, batch.targets, batch.rows, batch.T, batch.micro_batches,

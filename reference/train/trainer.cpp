@@ -159,10 +159,8 @@ void Trainer::restore(const TrainCheckpoint& c) {
   strategy_->load_state(c);
 }
 
-void Trainer::save_checkpoint(const std::string& path) const { scalelab::save_checkpoint(path, checkpoint()); }
+void Trainer::save_checkpoint(const std::string& path) const { strategy_->save_checkpoint(checkpoint(), path); }
 
-void Trainer::save_weights(const std::string& path) const {
-  scalelab::save_weights(path, model_->config(), model_->master_params());
-}
+void Trainer::save_weights(const std::string& path) const { strategy_->save_weights(*model_, path); }
 
 }  // namespace scalelab
