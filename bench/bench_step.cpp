@@ -78,13 +78,7 @@ int main(int argc, char** argv) {
   const StepOptions o = parse_step_options(&argc, argv);
   scalelab::set_blas_threads(o.threads);
 
-  scalelab::GPTConfig config;
-  config.name = "bench";
-  config.vocab_size = o.V;
-  config.max_seq_len = o.T;
-  config.channels = o.C;
-  config.num_layers = o.L;
-  config.num_heads = o.H;
+  const scalelab::GPTConfig config = scalelab::gpt_config_of_shape(o.V, o.T, o.C, o.L, o.H, "bench");
 
   StepState state;
   state.model = std::make_unique<scalelab::GPT>(config, &state.tracker);
