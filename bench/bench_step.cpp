@@ -1,5 +1,5 @@
 // The training-step benchmark: forward + backward + AdamW of the GPT on the CPU, the same work
-// per step as ../shared/peers/torch_gpt_bench.py (PyTorch), reported as tokens/s and GFLOP/s with
+// per step as bench/peers/torch_gpt_bench.py (PyTorch), reported as tokens/s and GFLOP/s with
 // the same FLOP formula, so tools/bench_cpu.sh can print the two side by side.
 //
 //   bench_step [--V 256 --T 256 --C 256 --L 4 --H 4 --B 16 --steps 10 --threads 1] [--benchmark_...]
