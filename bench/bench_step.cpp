@@ -1,5 +1,5 @@
 // The training-step benchmark: forward + backward + AdamW of the GPT on the CPU, the same work
-// per step as ../shared/peers/torch_gpt_bench.py (PyTorch), reported as tokens/s and GFLOP/s with
+// per step as bench/peers/torch_gpt_bench.py (PyTorch), reported as tokens/s and GFLOP/s with
 // the same FLOP formula, so tools/bench_cpu.sh can print the two side by side.
 //
 //   bench_step [--V 256 --T 256 --C 256 --L 4 --H 4 --B 16 --steps 10 --threads 1] [--benchmark_...]
@@ -78,13 +78,7 @@ int main(int argc, char** argv) {
   const StepOptions o = parse_step_options(&argc, argv);
   scalelab::set_blas_threads(o.threads);
 
-  scalelab::GPTConfig config;
-  config.name = "bench";
-  config.vocab_size = o.V;
-  config.max_seq_len = o.T;
-  config.channels = o.C;
-  config.num_layers = o.L;
-  config.num_heads = o.H;
+  const scalelab::GPTConfig config = scalelab::gpt_config_of_shape(o.V, o.T, o.C, o.L, o.H, "bench");
 
   StepState state;
   state.model = std::make_unique<scalelab::GPT>(config, &state.tracker);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Our CPU training step against PyTorch's, side by side on this machine: builds bench/bench_step,
-# then runs it and the PyTorch peer (../shared/peers/torch_gpt_bench.py, the same GPT shape,
+# then runs it and the PyTorch peer (bench/peers/torch_gpt_bench.py, the same GPT shape,
 # forward + backward + AdamW) one after the other, single-threaded, for several alternating
 # rounds, prints a table with the ratio and writes it to docs/results/cpu.md.
 #
@@ -28,7 +28,7 @@ repo="$(cd "$(dirname "$0")/.." && pwd)"
 
 rounds=3 steps=10 write=1 blas_pool=0
 marches=()
-peer="$repo/../shared/peers/torch_gpt_bench.py"
+peer="$repo/bench/peers/torch_gpt_bench.py"
 python=/usr/bin/python3  # Debian's interpreter, the one with torch
 declare -A mini=([V]=256 [T]=256 [C]=256 [L]=4 [H]=4 [B]=16) shape
 for k in "${!mini[@]}"; do shape[$k]="${mini[$k]}"; done

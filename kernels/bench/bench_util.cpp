@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "core/rng.hpp"
+#include "core/stats.hpp"
 #include "kernels/core/device.hpp"
 #include "kernels/core/dtype.hpp"
 #include "precision/half.hpp"
@@ -33,8 +34,7 @@ Timing time_launch(cudaStream_t stream, int warmup, int repeats, const std::func
     stop.synchronize();
     ms.push_back(elapsed_ms(start, stop));
   }
-  std::sort(ms.begin(), ms.end());
-  return {ms[ms.size() / 2], ms.front()};
+  return {median(ms), *std::min_element(ms.begin(), ms.end())};
 }
 
 template <typename F>

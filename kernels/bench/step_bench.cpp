@@ -7,6 +7,7 @@
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "core/rng.hpp"
+#include "core/stats.hpp"
 #include "kernels/core/device.hpp"
 #include "kernels/core/device_memory.hpp"
 #include "kernels/model/gpu_train_model.hpp"
@@ -71,10 +72,9 @@ StepBenchRow bench_variant(const StepBenchOptions& o, const std::string& variant
     stop.synchronize();
     if (i >= o.warmup) ms.push_back(elapsed_ms(start, stop));
   }
-  std::sort(ms.begin(), ms.end());
-  row.median_ms = ms[ms.size() / 2];
-  row.min_ms = ms.front();
-  row.max_ms = ms.back();
+  row.median_ms = median(ms);
+  row.min_ms = *std::min_element(ms.begin(), ms.end());
+  row.max_ms = *std::max_element(ms.begin(), ms.end());
   row.tokens_per_s = static_cast<double>(B) * T / (row.median_ms * 1e-3);
   row.flops_per_token = step_flops_per_token(config, row.num_params, T);
   row.tflops = row.tokens_per_s * row.flops_per_token / 1e12;

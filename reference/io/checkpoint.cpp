@@ -1,4 +1,4 @@
-// Training checkpoints (stage 00; stage 03 adds the loss-scale fields): one safetensors file with
+// Training checkpoints (stage 00; stage 03 adds the loss-scale fields; the lr schedule is optional): one safetensors file with
 // the flat parameters and both Adam moments as tensors, and everything else as decimal strings in
 // the metadata. Loading checks the format tag, every field, every tensor's size, and (for
 // resume) that the checkpoint's model shape is the run's.
@@ -72,7 +72,12 @@ void save_checkpoint(const std::string& path, const TrainCheckpoint& ckpt) {
       {"data_rng_state", std::to_string(ckpt.data_rng_state)},
       {"batches_served", std::to_string(ckpt.batches_served)},
       {"loss_scale", double_string(ckpt.loss_scale)},
-      {"loss_scale_clean_steps", std::to_string(ckpt.loss_scale_clean_steps)}};
+      {"loss_scale_clean_steps", std::to_string(ckpt.loss_scale_clean_steps)},
+      {"lr_schedule", LrSchedule::kind_name(ckpt.lr_schedule.kind)},
+      {"warmup_steps", std::to_string(ckpt.lr_schedule.warmup_steps)},
+      {"decay_steps", std::to_string(ckpt.lr_schedule.decay_steps)},
+      {"min_lr_fraction", double_string(ckpt.lr_schedule.min_lr_fraction)},
+      {"total_steps", std::to_string(ckpt.total_steps)}};
   std::vector<TensorRef> tensors;
   for (int i = 0; i < 3; ++i) tensors.push_back({kTensors[i], "F32", {n}, parts[i]->data()});
   write_safetensors(path, tensors, md);
@@ -112,6 +117,21 @@ TrainCheckpoint load_checkpoint(const std::string& path, const GPTConfig* expect
   ck.loss_scale_clean_steps = parse_field<long>(md, "loss_scale_clean_steps", where);
   require(ck.step >= 0 && ck.loss_scale_clean_steps >= 0 && std::isfinite(ck.loss_scale) && ck.loss_scale >= 0,
           where, "step, loss_scale or loss_scale_clean_steps is negative or not finite", "the file is damaged");
+  // The lr schedule: absent from checkpoints written before it was stored, which ran at a
+  // constant lr (the LrSchedule default); when present, every field must be.
+  const auto schedule = md.find("lr_schedule");
+  if (schedule != md.end()) {
+    const int warmup = parse_field<int>(md, "warmup_steps", where);
+    const long decay = parse_field<long>(md, "decay_steps", where);
+    const double min_fraction = parse_field<double>(md, "min_lr_fraction", where);
+    try {
+      ck.lr_schedule = LrSchedule::parse(schedule->second, warmup, decay, min_fraction);
+    } catch (const ConfigError& e) {
+      throw ConfigError(where + ": its lr schedule is invalid (" + e.what() + "); the file is damaged");
+    }
+    ck.total_steps = parse_field<long>(md, "total_steps", where);
+    require(ck.total_steps >= 0, where, "total_steps is negative", "the file is damaged");
+  }
 
   if (expected) {
     struct Field {
@@ -127,7 +147,7 @@ TrainCheckpoint load_checkpoint(const std::string& path, const GPTConfig* expect
       require(f.saved == f.wanted, where,
               "was saved for config " + c.name + " (" + f.name + "=" + std::to_string(f.saved) +
                   ") but the run uses config " + expected->name + " (" + f.name + "=" + std::to_string(f.wanted) + ")",
-              "resume with --config " + c.name + ", or start a new run without resuming");
+              "resume with " + gpt_config_flags(c) + ", or start a new run without resuming");
   }
 
   const std::size_t n = ParamLayout(c).num_params();

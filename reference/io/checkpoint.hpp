@@ -1,6 +1,6 @@
 // Full training-state checkpoints: everything needed to continue a run on the exact same
 // trajectory (parameters, both Adam moments, the step count, the data loader's position and
-// RNG state). Stored as a safetensors file: tensors "params", "adam.m", "adam.v" (flat F32) and
+// RNG state, the learning-rate schedule). Stored as a safetensors file: tensors "params", "adam.m", "adam.v" (flat F32) and
 // the rest as metadata, so any safetensors reader can inspect one.
 #pragma once
 
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/config.hpp"
+#include "optim/lr_schedule.hpp"
 
 namespace scalelab {
 
@@ -20,6 +21,11 @@ struct TrainCheckpoint {
   std::uint64_t batches_served = 0;  // DataLoader::batches_served()
   double loss_scale = 0;             // mixed precision's dynamic loss scale (0: not used)
   long loss_scale_clean_steps = 0;   // steps since the scale last changed
+  // The run's lr schedule and the step count it spans (LrSchedule::lr_at's total_steps: the
+  // first run's --steps), so that a resumed run follows the same lr curve. Checkpoints written
+  // before these were stored load as constant with total_steps 0.
+  LrSchedule lr_schedule;
+  long total_steps = 0;
 };
 
 void save_checkpoint(const std::string& path, const TrainCheckpoint& ckpt);

@@ -9,13 +9,7 @@ using namespace scalelab;
 using namespace scalelab_test;
 
 TEST_CASE("the model's backward matches finite differences for every tensor", "[graded][fd_model]") {
-  GPTConfig c;
-  c.name = "fd";
-  c.vocab_size = 11;
-  c.max_seq_len = 6;
-  c.channels = 8;
-  c.num_layers = 2;
-  c.num_heads = 2;
+  const GPTConfig c = gpt_config_of_shape(/*V=*/11, /*T=*/6, /*C=*/8, /*L=*/2, /*NH=*/2, "fd");
   constexpr int B = 2, T = 5;
   const std::vector<int> tokens = {1, 4, 4, 9, 0, 10, 2, 7, 7, 3}, targets = {4, 4, 9, 0, 10, 2, 7, 7, 3, 1};
   for (const char* policy : {"none", "every"}) {

@@ -34,6 +34,8 @@ TrainCheckpoint make_checkpoint(const GPTConfig& config) {
   ck.batches_served = 98765432109ull;
   ck.loss_scale = 1.0 / 3.0;  // needs the shortest round-trip decimal, not 6 digits
   ck.loss_scale_clean_steps = 17;
+  ck.lr_schedule = LrSchedule::parse("cosine", 7, 3000, 0.1 / 3);  // 0.1/3: needs the round-trip decimal
+  ck.total_steps = 5000;
   return ck;
 }
 
@@ -65,6 +67,11 @@ TEST_CASE("checkpoint round trip restores every field exactly", "[io][checkpoint
   CHECK(r.batches_served == ck.batches_served);
   CHECK(r.loss_scale == ck.loss_scale);
   CHECK(r.loss_scale_clean_steps == ck.loss_scale_clean_steps);
+  CHECK(r.lr_schedule.kind == LrSchedule::Kind::kCosine);
+  CHECK(r.lr_schedule.warmup_steps == 7);
+  CHECK(r.lr_schedule.decay_steps == 3000);
+  CHECK(r.lr_schedule.min_lr_fraction == 0.1 / 3);
+  CHECK(r.total_steps == 5000);
   REQUIRE(r.params.size() == ck.params.size());
   CHECK_MATCH(scalelab_test::compare_bitwise("params", r.params.data(), ck.params.data(), ck.params.size()));
   CHECK_MATCH(scalelab_test::compare_bitwise("adam.m", r.adam_m.data(), ck.adam_m.data(), ck.adam_m.size()));
@@ -77,9 +84,50 @@ TEST_CASE("checkpoint round trip restores every field exactly", "[io][checkpoint
   CHECK(md.at("data_rng_state") == "18446744073709551610");
   CHECK(md.at("batches_served") == "98765432109");
   CHECK(md.at("loss_scale") == "0.3333333333333333");
+  CHECK(md.at("lr_schedule") == "cosine");
+  CHECK(md.at("min_lr_fraction") == "0.03333333333333333");
+  CHECK(md.at("total_steps") == "5000");
 
   // Without `expected` any valid config loads.
   CHECK(load_checkpoint(path).config.name == "tiny");
+}
+
+TEST_CASE("checkpoint of an overridden shape round-trips, and its mismatch names the flags", "[io][checkpoint]") {
+  TempDir dir;
+  const std::string path = dir.file("ck.safetensors");
+  const GPTConfig deep = gpt_config_from("tiny", {.num_layers = 3, .num_heads = 2});
+  REQUIRE(deep.name == "tiny[L=3,NH=2]");
+  save_checkpoint(path, make_checkpoint(deep));
+  const TrainCheckpoint r = load_checkpoint(path, &deep);
+  CHECK(r.config.name == "tiny[L=3,NH=2]");
+  CHECK(r.config.num_layers == 3);
+  CHECK(r.config.num_heads == 2);
+  CHECK(r.params.size() == ParamLayout(deep).num_params());
+  const GPTConfig tiny = gpt_config_by_name("tiny");
+  CHECK_THROWS_WITH(load_checkpoint(path, &tiny),
+                    Contains("was saved for config tiny[L=3,NH=2] (num_layers=3) but the run uses config tiny "
+                             "(num_layers=2); resume with --config tiny --layers 3 --heads 2, or start a new run"));
+}
+
+TEST_CASE("checkpoint without an lr schedule (written before it was stored) loads as constant", "[io][checkpoint]") {
+  TempDir dir;
+  const std::string path = dir.file("ck.safetensors");
+  const GPTConfig tiny = gpt_config_by_name("tiny");
+  const TrainCheckpoint ck = make_checkpoint(tiny);
+  save_checkpoint(path, ck);
+  auto md = metadata_of(path);
+  for (const char* key : {"lr_schedule", "warmup_steps", "decay_steps", "min_lr_fraction", "total_steps"})
+    md.erase(key);
+  const std::size_t n = ck.params.size();
+  write_edited(path, md,
+               {{"params", "F32", {n}, ck.params.data()},
+                {"adam.m", "F32", {n}, ck.adam_m.data()},
+                {"adam.v", "F32", {n}, ck.adam_v.data()}});
+  const TrainCheckpoint r = load_checkpoint(path, &tiny);
+  CHECK(r.lr_schedule == LrSchedule{});
+  CHECK(r.lr_schedule.kind == LrSchedule::Kind::kConstant);
+  CHECK(r.total_steps == 0);
+  CHECK(r.step == ck.step);
 }
 
 TEST_CASE("checkpoint load rejects bad files with a clear message", "[io][checkpoint]") {
@@ -164,6 +212,21 @@ TEST_CASE("checkpoint load rejects bad files with a clear message", "[io][checkp
     md["step"] = "-3";
     write_edited(path, md, tensors);
     CHECK_THROWS_WITH(load_checkpoint(path, &tiny), Contains("negative or not finite"));
+  }
+  SECTION("damaged lr schedule") {
+    md["lr_schedule"] = "linear";
+    write_edited(path, md, tensors);
+    CHECK_THROWS_WITH(load_checkpoint(path, &tiny),
+                      Contains("checkpoint '" + path + "': its lr schedule is invalid (--lr-schedule: unknown schedule "
+                               "'linear'; choose constant or cosine); the file is damaged"));
+    md["lr_schedule"] = "cosine";
+    md.erase("decay_steps");
+    write_edited(path, md, tensors);
+    CHECK_THROWS_WITH(load_checkpoint(path, &tiny), Contains("metadata field \"decay_steps\" is missing"));
+    md["decay_steps"] = "10";
+    md["total_steps"] = "-1";
+    write_edited(path, md, tensors);
+    CHECK_THROWS_WITH(load_checkpoint(path, &tiny), Contains("total_steps is negative; the file is damaged"));
   }
   SECTION("invalid config in the metadata") {
     md["num_heads"] = "5";

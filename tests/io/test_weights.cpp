@@ -50,6 +50,24 @@ TEST_CASE("weights round trip through save_weights/load_weights is bitwise", "[i
   CHECK(f.entry("transformer.h.1.attn.c_attn.weight").shape == std::vector<std::size_t>{96, 32});
 }
 
+TEST_CASE("weights of an overridden shape round-trip and record the overrides", "[io][weights]") {
+  TempDir dir;
+  const GPTConfig config = gpt_config_from("tiny", {.channels = 48, .num_layers = 3});
+  GPT a(config, nullptr), b(config, nullptr);
+  a.init_weights(7);
+  save_weights(dir.file("w.safetensors"), config, a.params());
+  load_weights(dir.file("w.safetensors"), config, b.params());
+  CHECK_MATCH(scalelab_test::compare_bitwise("params", b.params(), a.params(), a.num_params()));
+  const SafetensorsFile f(dir.file("w.safetensors"));
+  CHECK(f.metadata().at("config") == "tiny[C=48,L=3]");
+  CHECK(f.metadata().at("channels") == "48");
+  CHECK(f.entry("transformer.h.2.mlp.c_fc.weight").shape == std::vector<std::size_t>{192, 48});
+  // Loading into the plain named config names the file's shape.
+  std::vector<float> tiny(ParamLayout(gpt_config_by_name("tiny")).num_params());
+  CHECK_THROWS_WITH(load_weights(dir.file("w.safetensors"), gpt_config_by_name("tiny"), tiny.data()),
+                    Contains("(the file was saved for config 'tiny[C=48,L=3]')"));
+}
+
 TEST_CASE("weights with nanoGPT's duplicate lm_head.weight load when it equals the token embedding",
           "[io][weights]") {
   TempDir dir;

@@ -10,14 +10,7 @@
 namespace scalelab_test {
 
 inline scalelab::GPTConfig config_from(const prior::ModelShape& s) {
-  scalelab::GPTConfig c;
-  c.name = "test";
-  c.vocab_size = s.V;
-  c.max_seq_len = s.T;
-  c.channels = s.C;
-  c.num_layers = s.L;
-  c.num_heads = s.NH;
-  return c;
+  return scalelab::gpt_config_of_shape(s.V, s.T, s.C, s.L, s.NH, "test");
 }
 
 struct Batch {

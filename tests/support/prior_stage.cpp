@@ -18,13 +18,7 @@ StepResult stage00_step(const ModelShape& s, std::uint64_t seed, const std::vect
 
 StepResult stage01_step(const ModelShape& s, std::uint64_t seed, const std::vector<int>& tokens,
                         const std::vector<int>& targets, int B, int T, int k) {
-  scalelab::GPTConfig c;
-  c.name = "prior";
-  c.vocab_size = s.V;
-  c.max_seq_len = s.T;
-  c.channels = s.C;
-  c.num_layers = s.L;
-  c.num_heads = s.NH;
+  const scalelab::GPTConfig c = scalelab::gpt_config_of_shape(s.V, s.T, s.C, s.L, s.NH, "prior");
   scalelab::MemoryTracker tracker;
   scalelab::Fp32TrainModel model(c, &tracker);
   model.init_weights(seed);
