@@ -31,6 +31,8 @@ TrainOptions TrainFlags::finish() const {
   }
   TrainOptions o = options;
   o.checkpoint = CheckpointPolicy::parse(checkpoint);
+  o.lr_schedule = LrSchedule::parse(lr_schedule, o.lr_schedule.warmup_steps, o.lr_schedule.decay_steps,
+                                    o.lr_schedule.min_lr_fraction);
   o.validate();
   return o;
 }
@@ -48,10 +50,20 @@ void add_train_flags(CLI::App* cmd, TrainFlags& f, bool parallel) {
   std::vector<CLI::Option*>& all = f.option_flags;
   auto add = [&](CLI::Option* opt) { all.push_back(opt->capture_default_str()); };
   add(cmd->add_option("--config", o.config, "Model config: tiny, mini or gpt2"));
+  add(cmd->add_option("--vocab-size", o.shape.vocab_size, "Model shape: vocabulary V (0: the config's)"));
+  add(cmd->add_option("--context", o.shape.max_seq_len, "Model shape: context length, the longest T (0: the config's)"));
+  add(cmd->add_option("--channels", o.shape.channels, "Model shape: width C (0: the config's)"));
+  add(cmd->add_option("--layers", o.shape.num_layers, "Model shape: depth L (0: the config's)"));
+  add(cmd->add_option("--heads", o.shape.num_heads, "Model shape: attention heads NH (0: the config's)"));
   add(cmd->add_option("--steps", o.steps, "Optimizer steps"));
   add(cmd->add_option("--batch", o.batch, "Rows per optimizer step (the global batch B)"));
   add(cmd->add_option("--seq-len", o.seq_len, "Sequence length T (0: the config's context)"));
   add(cmd->add_option("--lr", o.adamw.lr, "AdamW learning rate"));
+  add(cmd->add_option("--lr-schedule", f.lr_schedule, "constant, or cosine (warm-up, then cosine decay to a floor)"));
+  add(cmd->add_option("--warmup-steps", o.lr_schedule.warmup_steps, "Linear warm-up steps (any schedule)"));
+  add(cmd->add_option("--decay-steps", o.lr_schedule.decay_steps,
+                      "cosine: the step where the floor is reached (0: the run's last step)"));
+  add(cmd->add_option("--min-lr-fraction", o.lr_schedule.min_lr_fraction, "cosine: the floor as a fraction of --lr"));
   add(cmd->add_option("--beta1", o.adamw.beta1, "AdamW beta1"));
   add(cmd->add_option("--beta2", o.adamw.beta2, "AdamW beta2"));
   add(cmd->add_option("--eps", o.adamw.eps, "AdamW epsilon"));

@@ -61,6 +61,9 @@ RunSummary run_training(const TrainOptions& options, const RunOutput& out, Commu
                 out.label.c_str(), c.name.c_str(), c.vocab_size, trainer.seq_len(), c.channels, c.num_layers,
                 c.num_heads, summary.num_params, options.batch, trainer.seq_len(), options.precision.c_str(),
                 options.grad_accum, options.checkpoint.describe().c_str(), device_label(options.device).c_str());
+  if (out.progress && !(trainer.lr_schedule() == LrSchedule{}))
+    std::printf("%slr schedule: %s, peak %g\n", out.label.c_str(),
+                  trainer.lr_schedule().describe(trainer.schedule_steps()).c_str(), options.adamw.lr);
   if (parallel && out.progress) std::printf("%s%s\n", out.label.c_str(), trainer.strategy().describe().c_str());
   std::vector<double> rates, hidden, comm_bytes;
   const long first = trainer.steps_done();
@@ -74,7 +77,7 @@ RunSummary run_training(const TrainOptions& options, const RunOutput& out, Commu
     }
     nlohmann::json rec = {{"step", s.step},       {"loss", s.loss},           {"grad_norm", s.grad_norm},
                           {"ms", s.seconds * 1e3}, {"tokens_per_s", s.tokens_per_s}, {"skipped", s.skipped},
-                          {"loss_scale", s.loss_scale}};
+                          {"loss_scale", s.loss_scale}, {"lr", s.lr}};
     if (parallel) {
       rec["comm_hidden_fraction"] = s.comm_hidden_fraction;
       rec["comm_seconds"] = s.comm_seconds;

@@ -39,6 +39,8 @@ void validate_single_device(const TrainOptions& o, const GPTConfig& c) {
   require(o.resume.empty() || o.init_weights.empty(), "resume/init_weights", "both given",
           "a checkpoint already holds the weights: drop --init");
   o.adamw.validate();
+  // A resumed run follows the schedule its checkpoint holds (the trainer checks that one).
+  if (o.resume.empty() && o.steps > 0) o.lr_schedule.validate(o.steps);
 }
 
 // The checks of the parallel layout that need no world size.
@@ -92,7 +94,7 @@ void validate_layout(const TrainOptions& o, const GPTConfig& c) {
 
 }  // namespace
 
-GPTConfig TrainOptions::model_config() const { return gpt_config_by_name(config); }
+GPTConfig TrainOptions::model_config() const { return gpt_config_from(config, shape); }
 
 int TrainOptions::data_parallel_size(int world_size) const {
   if (parallel.dp > 0) return parallel.dp;
@@ -134,11 +136,15 @@ nlohmann::json options_to_json(const TrainOptions& o) {
   const AdamWConfig& a = o.adamw;
   return {
       {"config", o.config},
+      {"shape", {{"vocab_size", o.shape.vocab_size}, {"context", o.shape.max_seq_len}, {"channels", o.shape.channels},
+                 {"layers", o.shape.num_layers}, {"heads", o.shape.num_heads}}},
       {"steps", o.steps},
       {"batch", o.batch},
       {"seq_len", o.seq_len},
       {"adamw", {{"lr", a.lr}, {"beta1", a.beta1}, {"beta2", a.beta2}, {"eps", a.eps},
                  {"weight_decay", a.weight_decay}, {"grad_clip", a.grad_clip}}},
+      {"lr_schedule", {{"kind", LrSchedule::kind_name(o.lr_schedule.kind)}, {"warmup_steps", o.lr_schedule.warmup_steps},
+                       {"decay_steps", o.lr_schedule.decay_steps}, {"min_lr_fraction", o.lr_schedule.min_lr_fraction}}},
       {"seed", o.seed},
       {"data", o.data},
       {"val_fraction", o.val_fraction},
@@ -189,7 +195,7 @@ void no_other_keys(const nlohmann::json& j, std::initializer_list<const char*> k
 
 TrainOptions options_from_json(const nlohmann::json& j) {
   TrainOptions o;
-  no_other_keys(j, {"config", "steps", "batch", "seq_len", "adamw", "seed", "data", "val_fraction", "val_every",
+  no_other_keys(j, {"config", "shape", "lr_schedule", "steps", "batch", "seq_len", "adamw", "seed", "data", "val_fraction", "val_every",
                     "val_batches", "threads", "grad_accum", "checkpoint", "precision", "parallel", "device",
                     "init_weights", "save_weights", "save_checkpoint", "resume", "metrics"},
                 "the options");
@@ -216,9 +222,28 @@ TrainOptions options_from_json(const nlohmann::json& j) {
   read(j, "resume", o.resume, top);
   read(j, "metrics", o.metrics, top);
 
-  nlohmann::json a, p;
+  nlohmann::json a, p, shape, lrs;
+  read(j, "shape", shape, top);
+  read(j, "lr_schedule", lrs, top);
   read(j, "adamw", a, top);
   read(j, "parallel", p, top);
+  const std::string sw = "the options' shape";
+  no_other_keys(shape, {"vocab_size", "context", "channels", "layers", "heads"}, sw);
+  read(shape, "vocab_size", o.shape.vocab_size, sw);
+  read(shape, "context", o.shape.max_seq_len, sw);
+  read(shape, "channels", o.shape.channels, sw);
+  read(shape, "layers", o.shape.num_layers, sw);
+  read(shape, "heads", o.shape.num_heads, sw);
+
+  const std::string lw = "the options' lr_schedule";
+  no_other_keys(lrs, {"kind", "warmup_steps", "decay_steps", "min_lr_fraction"}, lw);
+  std::string kind;
+  read(lrs, "kind", kind, lw);
+  o.lr_schedule.kind = LrSchedule::parse_kind(kind);
+  read(lrs, "warmup_steps", o.lr_schedule.warmup_steps, lw);
+  read(lrs, "decay_steps", o.lr_schedule.decay_steps, lw);
+  read(lrs, "min_lr_fraction", o.lr_schedule.min_lr_fraction, lw);
+
   const std::string aw = "the options' adamw";
   no_other_keys(a, {"lr", "beta1", "beta2", "eps", "weight_decay", "grad_clip"}, aw);
   read(a, "lr", o.adamw.lr, aw);

@@ -13,6 +13,7 @@
 #include "model/checkpoint_policy.hpp"
 #include "model/config.hpp"
 #include "optim/adamw.hpp"
+#include "optim/lr_schedule.hpp"
 
 namespace scalelab {
 
@@ -54,10 +55,12 @@ struct ParallelOptions {
 
 struct TrainOptions {
   std::string config = "mini";  // tiny, mini, gpt2
+  ShapeOverrides shape;         // any of V, T, C, L, NH instead of the config's (0: keep)
   int steps = 100;
   int batch = 16;               // B: rows per optimizer step (the global batch)
   int seq_len = 0;              // T; 0 means the config's max_seq_len
   AdamWConfig adamw{.lr = 1e-3};
+  LrSchedule lr_schedule;       // constant (default), or warm-up + cosine decay; peak = adamw.lr
   std::uint64_t seed = 1337;    // weights and data order
   std::string data;             // text file or llm.c shard; empty: the default corpus
   double val_fraction = 0.1;
@@ -75,7 +78,7 @@ struct TrainOptions {
   std::string resume;           // training state to continue from
   std::string metrics;          // JSON-lines file, one line per step
 
-  // The model's shape.
+  // The model's shape: the named config with the shape overrides applied.
   GPTConfig model_config() const;
   // Micro-batches per optimizer step and replica: parallel.micro_batches, else grad_accum.
   int micro_batches() const { return parallel.micro_batches > 0 ? parallel.micro_batches : grad_accum; }

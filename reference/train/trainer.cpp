@@ -45,6 +45,8 @@ Trainer::Trainer(const TrainOptions& options, MemoryTracker* tracker, const Trai
   optimizer_ = std::make_unique<AdamW>(model_->num_params(), options_.adamw,
                                        model_->owns_optimizer_state() ? nullptr : tracker_);
   scaler_.enabled = options_.precision == "fp16";
+  schedule_ = options_.lr_schedule;
+  schedule_steps_ = options_.steps;
   inputs_.resize(static_cast<std::size_t>(options_.batch) * T_);
   targets_.resize(inputs_.size());
 
@@ -98,7 +100,8 @@ StepStats Trainer::step() {
   s.comm_hidden_fraction = comm.hidden_fraction;
   s.comm_seconds = comm.comm_seconds;
   s.comm_bytes_sent = comm.bytes_sent;
-  const auto outcome = strategy_->optimizer_step(*model_, *optimizer_, options_.adamw.lr, 1.0 / s.loss_scale,
+  s.lr = schedule_.lr_at(options_.adamw.lr, optimizer_->step_count(), schedule_steps_);
+  const auto outcome = strategy_->optimizer_step(*model_, *optimizer_, s.lr, 1.0 / s.loss_scale,
                                                  options_.adamw.grad_clip);
   scaler_.update(outcome.skipped);
   s.skipped = outcome.skipped;
@@ -138,6 +141,8 @@ TrainCheckpoint Trainer::checkpoint() const {
   c.batches_served = train_loader_->batches_served();
   c.loss_scale = scaler_.enabled ? scaler_.scale : 0.0;
   c.loss_scale_clean_steps = scaler_.clean_steps;
+  c.lr_schedule = schedule_;
+  c.total_steps = schedule_steps_;
   strategy_->save_state(c);
   return c;
 }
@@ -156,6 +161,15 @@ void Trainer::restore(const TrainCheckpoint& c) {
     scaler_.scale = c.loss_scale;
     scaler_.clean_steps = c.loss_scale_clean_steps;
   }
+  // The schedule continues as it was: a checkpoint written before schedules were stored has
+  // total_steps 0 and a constant schedule, under which the lr does not depend on the total.
+  const LrSchedule fresh;
+  require(options_.lr_schedule == fresh || options_.lr_schedule == c.lr_schedule, "lr_schedule",
+          "the checkpoint was trained with '" + c.lr_schedule.describe(c.total_steps) + "', the options ask for '" +
+              options_.lr_schedule.describe(options_.steps) + "'",
+          "drop the schedule flags to continue the checkpoint's schedule");
+  schedule_ = c.lr_schedule;
+  schedule_steps_ = c.total_steps > 0 ? c.total_steps : options_.steps;
   strategy_->load_state(c);
 }
 

@@ -29,6 +29,7 @@ struct StepStats {
   double grad_norm = 0;
   bool skipped = false;    // mixed precision: inf/NaN gradients, no update
   double loss_scale = 1;
+  double lr = 0;           // the learning rate of this step (the schedule's)
   double seconds = 0;
   double tokens_per_s = 0;
   // What the parallel strategy moved (zero on one device):
@@ -70,6 +71,10 @@ class Trainer {
   ParallelStrategy& strategy() { return *strategy_; }
   const ParallelStrategy& strategy() const { return *strategy_; }
   long steps_done() const { return optimizer_->step_count(); }
+  // The learning-rate schedule and the step count it spans: the options' for a new run, the
+  // checkpoint's for a resumed one (so the curve continues bit for bit).
+  const LrSchedule& lr_schedule() const { return schedule_; }
+  long schedule_steps() const { return schedule_steps_; }
   int seq_len() const { return T_; }
   std::size_t tokens_per_step() const { return static_cast<std::size_t>(options_.batch) * T_; }
   // Model flops per token for throughput: 6N + 12 L C T (DESIGN.md's convention).
@@ -82,6 +87,8 @@ class Trainer {
   std::unique_ptr<TrainModel> model_;
   std::unique_ptr<AdamW> optimizer_;
   LossScaler scaler_;
+  LrSchedule schedule_;
+  long schedule_steps_ = 0;
   TokenSplit data_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   std::vector<int> inputs_, targets_;

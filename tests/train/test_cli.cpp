@@ -117,7 +117,8 @@ TEST_CASE("scalelab train --options-file runs the options a file holds", "[cli]"
   std::FILE* f = std::fopen((dir + "/o.json").c_str(), "w");
   REQUIRE(f != nullptr);
   // steps 2, batch 2, T 32, and a learning rate that no flag default has.
-  std::fputs(R"({"config":"mini","steps":2,"batch":2,"seq_len":32,
+  std::fputs(R"({"config":"mini","shape":{"vocab_size":0,"context":0,"channels":0,"layers":0,"heads":0},
+    "lr_schedule":{"kind":"constant","warmup_steps":0,"decay_steps":0,"min_lr_fraction":0.1},"steps":2,"batch":2,"seq_len":32,
     "adamw":{"lr":0.00123,"beta1":0.9,"beta2":0.999,"eps":1e-08,"weight_decay":0.01,"grad_clip":0.0},
     "seed":7,"data":"","val_fraction":0.1,"val_every":0,"val_batches":1,"threads":1,"grad_accum":1,
     "checkpoint":"sqrt","precision":"fp32",

@@ -24,6 +24,8 @@ TrainOptions unusual_options(std::uint64_t seed) {
   std::uniform_real_distribution<double> u(0.0, 1.0);
   TrainOptions o;
   o.config = "tiny";
+  o.shape = {300, 24, 48, 6, 6};
+  o.lr_schedule = LrSchedule::parse("cosine", 2, 5, u(rng));
   o.steps = 7;
   o.batch = 24;
   o.seq_len = 8;
@@ -86,6 +88,9 @@ TEST_CASE("options round-trip through JSON bit for bit, every field", "[options]
     CHECK(same_bits(a.adamw.weight_decay, b.adamw.weight_decay));
     CHECK(same_bits(a.adamw.grad_clip, b.adamw.grad_clip));
     CHECK(same_bits(a.val_fraction, b.val_fraction));
+    CHECK(same_bits(a.lr_schedule.min_lr_fraction, b.lr_schedule.min_lr_fraction));
+    CHECK(b.lr_schedule == a.lr_schedule);
+    CHECK(b.model_config().name == a.model_config().name);
     CHECK(same_bits(a.parallel.bucket_mb, b.parallel.bucket_mb));
     CHECK(same_bits(a.parallel.first_bucket_mb, b.parallel.first_bucket_mb));
     CHECK(a.seed == b.seed);

@@ -46,10 +46,15 @@ std::vector<float> params_of(const Trainer& t) {
 TEST_CASE("6 steps equal 3 steps + checkpoint + resume + 3 steps, bitwise", "[resume]") {
   const std::string data = make_tiny_shard();
   const std::string ckpt = std::filesystem::temp_directory_path() / "scalelab_test_resume.safetensors";
-  for (const int accum : {1, 2}) {
-    INFO("grad_accum " << accum);
+  for (const int accum : {1, 2, 3}) {
+    // accum 3 runs with a cosine schedule (warm-up 2, floor at step 6): the resumed run must
+    // take the schedule and its length from the checkpoint, without the flags.
+    const bool cosine = accum == 3;
+    INFO("grad_accum " << (cosine ? 1 : accum) << (cosine ? ", cosine schedule" : ", constant lr"));
     TrainOptions o = tiny_options(data);
-    o.grad_accum = accum;
+    o.grad_accum = cosine ? 1 : accum;
+    o.steps = 6;
+    if (cosine) o.lr_schedule = LrSchedule::parse("cosine", 2, 0, 0.1);
     MemoryTracker m1;
     Trainer straight(o, &m1);
     std::vector<double> losses;
@@ -62,9 +67,13 @@ TEST_CASE("6 steps equal 3 steps + checkpoint + resume + 3 steps, bitwise", "[re
 
     TrainOptions r = o;
     r.resume = ckpt;
+    r.steps = 3;
+    r.lr_schedule = LrSchedule{};
     MemoryTracker m3;
     Trainer resumed(r, &m3);
     CHECK(resumed.steps_done() == 3);
+    CHECK(resumed.lr_schedule() == o.lr_schedule);
+    CHECK(resumed.schedule_steps() == 6);
     for (int i = 3; i < 6; ++i) {
       const double loss = resumed.step().loss;
       INFO("step " << i + 1 << ": resumed loss " << loss << " vs straight " << losses[i]);
@@ -74,6 +83,12 @@ TEST_CASE("6 steps equal 3 steps + checkpoint + resume + 3 steps, bitwise", "[re
     CHECK_MATCH(compare_bitwise("params after 6 steps (resumed vs straight)", b.data(), a.data(), a.size()));
     CHECK_MATCH(compare_bitwise("adam m", resumed.optimizer().m(), straight.optimizer().m(), a.size()));
     CHECK_MATCH(compare_bitwise("adam v", resumed.optimizer().v(), straight.optimizer().v(), a.size()));
+    if (cosine) {  // a different schedule on resume is refused, by name
+      TrainOptions other = r;
+      other.lr_schedule = LrSchedule::parse("cosine", 1, 0, 0.1);
+      MemoryTracker m4;
+      CHECK_THROWS_WITH(Trainer(other, &m4), Catch::Contains("lr_schedule: the checkpoint was trained with"));
+    }
   }
   std::remove(ckpt.c_str());
 }
