@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "activation_formula.hpp"
 #include "batch.hpp"
 #include "compare.hpp"
 #include "core/error.hpp"
@@ -208,4 +209,36 @@ TEST_CASE("a middle slice: input gradient and block counts as the policy says") 
   CHECK(ch.slices[1]->block_forward_count() == 3);
   CHECK(ch.slices[2]->block_forward_count() == 1);
   CHECK_THROWS_WITH(ch.slices[1]->backward(1.0f), Catch::Contains("which has no head: use backward_slice"));
+}
+
+TEST_CASE("slice activation bytes: the slice's blocks, its input, and the head's part only with the head") {
+  const GPTConfig c = tiny4();
+  const Shape shape{64, 32, 2, 4};  // V, C, L = the slice's 2 blocks, NH
+  const std::size_t B = kB, T = kT, BTC = B * T * 32;
+  const std::size_t block = block_elements(shape, B, T);
+  const Batch batch = random_batch(c.vocab_size, kB, kT, 11);
+  const std::vector<float> input(BTC, 0.5f);
+  struct Expect {
+    ModelSlice slice;
+    const char* policy;
+    std::size_t bytes;
+  };
+  const Expect cases[] = {
+      // The first slice: encoded (BTC) and its blocks; no head.
+      {ModelSlice::layers(c, 0, 2), "none", 4 * (BTC + 2 * block)},
+      // A middle slice under every:1: its input, one more boundary, the output, one slot.
+      {ModelSlice::layers(c, 1, 2), "every", 4 * (BTC + BTC + BTC + block)},
+      // The last slice: the whole model's formula with the slice's 2 blocks.
+      {ModelSlice::layers(c, 2, 2), "none", act_bytes_none(shape, B, T)},
+      {ModelSlice::layers(c, 2, 2), "selective", act_bytes_selective(shape, B, T)},
+  };
+  for (const Expect& e : cases) {
+    INFO("slice " << e.slice.describe(c) << ", policy " << e.policy);
+    MemoryTracker tracker;
+    GPT m(c, &tracker, e.slice);
+    m.init_weights(kSeed);
+    m.set_checkpoint_policy(CheckpointPolicy::parse(e.policy));
+    m.forward_slice(batch.tokens.data(), input.data(), batch.targets.data(), kB, kT);
+    CHECK(tracker.peak(MemCategory::kActivations) == e.bytes);
+  }
 }
