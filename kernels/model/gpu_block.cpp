@@ -19,26 +19,6 @@ std::size_t gpu_block_f_elements(int B, int T, int C, int NH, bool own_att) {
 std::size_t gpu_block_stat_elements(int B, int T) { return 4 * static_cast<std::size_t>(B) * T; }
 
 template <typename F>
-void assign_gpu_block_acts(GpuBlockActs<F>& a, F*& f, float*& stats, int B, int T, int C, int NH, bool own_att) {
-  const std::size_t BT = static_cast<std::size_t>(B) * T, BTC = BT * C;
-  auto take = [&f](std::size_t n) { F* r = f; f += n; return r; };
-  auto take_stat = [&stats](std::size_t n) { float* r = stats; stats += n; return r; };
-  a.ln1 = take(BTC);
-  a.ln1_mean = take_stat(BT);
-  a.ln1_rstd = take_stat(BT);
-  a.qkv = take(3 * BTC);
-  a.att = own_att ? take(static_cast<std::size_t>(NH) * BT * T) : nullptr;
-  a.atty = take(BTC);
-  a.residual2 = take(BTC);
-  a.ln2 = take(BTC);
-  a.ln2_mean = take_stat(BT);
-  a.ln2_rstd = take_stat(BT);
-  a.fch = take(4 * BTC);
-  a.fch_gelu = take(4 * BTC);
-  a.residual3 = take(BTC);
-}
-
-template <typename F>
 void gpu_block_forward(GpuBlockActs<F>& a, const BlockView<F>& w, const F* x, GpuBlockScratch<F>& s, int B, int T,
                        int C, int NH, const Blas& blas) {
   const int N = B * T;
@@ -76,7 +56,6 @@ void gpu_block_backward(F* dres, const BlockView<F>& g, const GpuBlockActs<F>& a
 }
 
 #define SCALELAB_INSTANTIATE(F)                                                                                 \
-  template void assign_gpu_block_acts<F>(GpuBlockActs<F>&, F*&, float*&, int, int, int, int, bool);             \
   template void gpu_block_forward<F>(GpuBlockActs<F>&, const BlockView<F>&, const F*, GpuBlockScratch<F>&, int, \
                                      int, int, int, const Blas&);                                               \
   template void gpu_block_backward<F>(F*, const BlockView<F>&, const GpuBlockActs<F>&, const BlockView<F>&,     \

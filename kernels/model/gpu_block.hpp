@@ -9,6 +9,7 @@
 #include <cstddef>
 
 #include "kernels/core/blas.hpp"
+#include "model/block.hpp"
 #include "model/params.hpp"
 
 namespace scalelab::cuda {
@@ -36,10 +37,8 @@ struct GpuBlockActs {
 std::size_t gpu_block_f_elements(int B, int T, int C, int NH, bool own_att = true);
 std::size_t gpu_block_stat_elements(int B, int T);
 
-// Point the fields of `a` at consecutive ranges of `f` (F) and `stats` (float), advancing both.
-// With own_att false `att` is left null (the selective policy's shared buffer).
-template <typename F>
-void assign_gpu_block_acts(GpuBlockActs<F>& a, F*& f, float*& stats, int B, int T, int C, int NH, bool own_att);
+// The layout of one block's activations: carve_block_acts (model/block.hpp) with the values
+// from an F carver and the statistics from a float one.
 
 // Scratch shared by all blocks (workspace, not activations).
 template <typename F>

@@ -1,40 +1,27 @@
 // The GPU GPT: buffers, the embeddings and the head, forward and backward. The structure is
-// model/gpt.cpp's; the blocks under a checkpoint policy are in gpu_checkpointing.cpp.
+// model/gpt.cpp's; the blocks under a checkpoint policy (stage 02) go through the walk of
+// model/block_walk.cpp, which calls this model's BlockRunner functions at the end of this file.
 #include "kernels/model/gpu_gpt.hpp"
 
 #include <string>
 
+#include "core/carve.hpp"
 #include "core/error.hpp"
 #include "kernels/core/cuda_check.hpp"
 #include "kernels/core/dtype.hpp"
+#include "kernels/layers/attention.hpp"
 #include "kernels/layers/crossentropy.hpp"
 #include "kernels/layers/encoder.hpp"
 #include "kernels/layers/layernorm.hpp"
 #include "kernels/layers/matmul.hpp"
 #include "kernels/model/gpu_params.hpp"
+#include "model/batch_check.hpp"
 #include "model/gpt.hpp"
 
 namespace scalelab::cuda {
 
-namespace {
-
-// A kernel cannot throw, so the ids are checked on the host before they reach the device.
-void check_ids(const GPTConfig& c, const int* ids, std::size_t n, const char* what) {
-  for (std::size_t i = 0; i < n; ++i)
-    require(ids[i] >= 0 && ids[i] < c.vocab_size, what,
-            "id " + std::to_string(ids[i]) + " at position " + std::to_string(i) + " is outside the vocabulary [0, " +
-                std::to_string(c.vocab_size) + ")",
-            "tokenize with a vocabulary that matches the model");
-}
-
-bool has_segments(const CheckpointPolicy& p) {
-  return p.kind == CheckpointPolicy::Kind::kEveryK || p.kind == CheckpointPolicy::Kind::kSqrtL;
-}
-
-}  // namespace
-
 std::size_t gpu_stat_elements(const GPTConfig& c, int B, int T, const CheckpointPolicy& policy) {
-  const std::size_t slots = has_segments(policy) ? policy.segment_blocks(c.num_layers) : c.num_layers;
+  const std::size_t slots = activation_slots(policy, c.num_layers);
   return slots * gpu_block_stat_elements(B, T) + 3 * static_cast<std::size_t>(B) * T;
 }
 
@@ -72,14 +59,13 @@ void GpuGPT<F>::ensure_buffers(int B, int T) {
   assign_activations(B, T);
 
   scratch_buffer_ = DeviceBuffer<F>(8 * BTC + config_.num_heads * TT, MemCategory::kWorkspace, tracker_);
-  F* s = scratch_buffer_.data();
-  auto stake = [&s](std::size_t n) { F* r = s; s += n; return r; };
-  scratch_.proj = stake(BTC);
-  scratch_.dbtc = stake(BTC);
-  scratch_.dwide = stake(4 * BTC);
-  scratch_.datt = stake(config_.num_heads * TT);  // attention_scratch_elements(T, NH)
-  dres_ = stake(BTC);
-  dlnf_ = stake(BTC);
+  Carver<F> s(scratch_buffer_.data(), scratch_buffer_.size());
+  scratch_.proj = s.take(BTC);
+  scratch_.dbtc = s.take(BTC);
+  scratch_.dwide = s.take(4 * BTC);
+  scratch_.datt = s.take(config_.num_heads * TT);  // attention_scratch_elements(T, NH)
+  dres_ = s.take(BTC);
+  dlnf_ = s.take(BTC);
   tokens_ = DeviceBuffer<int>(BT, MemCategory::kWorkspace, tracker_);
   targets_ = DeviceBuffer<int>(BT, MemCategory::kWorkspace, tracker_);
 }
@@ -89,52 +75,35 @@ void GpuGPT<F>::assign_activations(int B, int T) {
   using Kind = CheckpointPolicy::Kind;
   const int C = config_.channels, V = config_.vocab_size, L = config_.num_layers, NH = config_.num_heads;
   const std::size_t BT = static_cast<std::size_t>(B) * T, BTC = BT * C;
-  F* p = act_buffer_.data();
-  float* q = stat_buffer_.data();
-  auto take = [&p](std::size_t n) { F* r = p; p += n; return r; };
-  auto take_stat = [&q](std::size_t n) { float* r = q; q += n; return r; };
+  Carver<F> p(act_buffer_.data(), act_buffer_.size());
+  Carver<float> q(stat_buffer_.data(), stat_buffer_.size());
   acts_.B = B;
   acts_.T = T;
   acts_.policy = policy_;
-  acts_.encoded = take(BTC);
+  acts_.encoded = p.take(BTC);
   acts_.boundaries.assign(1, acts_.encoded);
-  if (!has_segments(policy_)) {
-    const bool own_att = policy_.kind == Kind::kNone;
-    acts_.blocks.resize(L);
-    for (auto& b : acts_.blocks) assign_gpu_block_acts(b, p, q, B, T, C, NH, own_att);
-    if (!own_att) {  // selective: one probabilities buffer shared by all blocks
-      F* shared_att = take(static_cast<std::size_t>(NH) * BT * T);
-      for (auto& b : acts_.blocks) b.att = shared_att;
-    }
-    acts_.final_input = acts_.blocks.back().residual3;
-  } else {
-    const int k = policy_.segment_blocks(L);
-    const int segments = (L + k - 1) / k;
-    for (int seg = 1; seg < segments; ++seg) acts_.boundaries.push_back(take(BTC));
-    acts_.final_input = take(BTC);
-    acts_.blocks.resize(k);
-    for (auto& b : acts_.blocks) assign_gpu_block_acts(b, p, q, B, T, C, NH, true);
+  // As the CPU model lays them out (model/gpt.cpp): boundaries and the output with segments,
+  // then the slots; selective shares one att buffer.
+  for (int seg = 1; seg < segment_count(policy_, L); ++seg) acts_.boundaries.push_back(p.take(BTC));
+  if (has_segments(policy_)) acts_.final_input = p.take(BTC);
+  const bool own_att = policy_.kind != Kind::kSelective;
+  acts_.blocks.resize(activation_slots(policy_, L));
+  for (auto& b : acts_.blocks) carve_block_acts(b, p, q, B, T, C, NH, own_att);
+  if (!own_att) {
+    F* shared_att = p.take(static_cast<std::size_t>(NH) * BT * T);
+    for (auto& b : acts_.blocks) b.att = shared_att;
   }
-  acts_.lnf = take(BTC);
-  acts_.lnf_mean = take_stat(BT);
-  acts_.lnf_rstd = take_stat(BT);
-  acts_.probs = take(BT * V);
-  acts_.losses = take_stat(BT);
-  SCALELAB_CHECK(p == act_buffer_.data() + act_buffer_.size(), "activation layout does not add up");
-  SCALELAB_CHECK(q == stat_buffer_.data() + stat_buffer_.size(), "statistics layout does not add up");
+  if (!has_segments(policy_)) acts_.final_input = acts_.blocks.back().residual3;
+  carve_head_acts(acts_, p, q, B, T, C, V);
+  SCALELAB_CHECK(p.used_all(), "activation layout does not add up");
+  SCALELAB_CHECK(q.used_all(), "statistics layout does not add up");
 }
 
 template <typename F>
 double GpuGPT<F>::forward(const int* tokens, const int* targets, int B, int T) {
   const int C = config_.channels, V = config_.vocab_size;
-  require(B >= 1, "batch", "must be at least 1, got " + std::to_string(B), "use a positive batch size");
-  require(T >= 1 && T <= config_.max_seq_len, "seq_len",
-          "must be in [1, " + std::to_string(config_.max_seq_len) + "] for config '" + config_.name + "', got " +
-              std::to_string(T),
-          "use a sequence length no longer than the model's max_seq_len");
+  check_batch(config_, tokens, targets, B, T);  // a kernel cannot throw: ids are checked on the host
   const std::size_t BT = static_cast<std::size_t>(B) * T;
-  check_ids(config_, tokens, BT, "tokens");
-  check_ids(config_, targets, BT, "targets");
   ensure_buffers(B, T);
   tokens_.copy_from_host(tokens, BT);
   targets_.copy_from_host(targets, BT);
@@ -143,7 +112,7 @@ double GpuGPT<F>::forward(const int* tokens, const int* targets, int B, int T) {
   cudaStream_t st = stream();
   const int N = static_cast<int>(BT);
   encoder_forward(acts_.encoded, tokens_.data(), w_.wte, w_.wpe, B, T, C, st);
-  forward_blocks();
+  walk_blocks_forward(*this, policy_);
   layernorm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, acts_.final_input, w_.lnf_w, w_.lnf_b, N, C, st);
   matmul_forward<F>(acts_.probs, acts_.lnf, w_.wte, nullptr, N, C, V, blas_);  // logits (B,T,V)
   crossentropy_forward(acts_.probs, acts_.losses, acts_.probs, targets_.data(), N, V, st);  // in place
@@ -171,7 +140,7 @@ void GpuGPT<F>::backward(float loss_scale) {
   layernorm_backward(dres_, g_.lnf_w, g_.lnf_b, dlnf_, acts_.final_input, w_.lnf_w, acts_.lnf_mean, acts_.lnf_rstd, N,
                      C, st);
   notify_grads_ready(lnf_offset_);  // ln_f's gradient kernels are enqueued
-  backward_blocks();
+  walk_blocks_backward(*this, policy_);
   encoder_backward(g_.wte, g_.wpe, dres_, tokens_.data(), B, T, C, st);
   notify_grads_ready(0);  // the embeddings (wte also got the LM head's gradient) are enqueued
 }
@@ -182,16 +151,35 @@ void GpuGPT<F>::zero_grad() {
 }
 
 template <typename F>
-void GpuGPT<F>::block_forward_at(int l, GpuBlockActs<F>& a, const F* x) {
-  gpu_block_forward(a, w_.blocks[l], x, scratch_, acts_.B, acts_.T, config_.channels, config_.num_heads, blas_);
+void GpuGPT<F>::forward_block(int l, int slot, ActPlace x) {
+  gpu_block_forward(acts_.blocks[slot], w_.blocks[l], place(x), scratch_, acts_.B, acts_.T, config_.channels,
+                    config_.num_heads, blas_);
   ++block_forwards_;
 }
 
 template <typename F>
-void GpuGPT<F>::block_backward_at(int l, const GpuBlockActs<F>& a, const F* x) {
-  gpu_block_backward(dres_, g_.blocks[l], a, w_.blocks[l], x, scratch_, acts_.B, acts_.T, config_.channels,
-                     config_.num_heads, blas_);
+void GpuGPT<F>::backward_block(int l, int slot, ActPlace x) {
+  gpu_block_backward(dres_, g_.blocks[l], acts_.blocks[slot], w_.blocks[l], place(x), scratch_, acts_.B, acts_.T,
+                     config_.channels, config_.num_heads, blas_);
   notify_grads_ready(block_offsets_[l]);  // after this block's kernels are enqueued
+}
+
+template <typename F>
+void GpuGPT<F>::keep_boundary(int s, ActPlace x) {
+  copy_activation(acts_.boundaries[s], place(x));
+}
+
+template <typename F>
+void GpuGPT<F>::store_output(ActPlace x) {
+  if (place(x) != acts_.final_input) copy_activation(acts_.final_input, place(x));
+}
+
+template <typename F>
+void GpuGPT<F>::recompute_attention(int /*l*/, int slot) {
+  GpuBlockActs<F>& a = acts_.blocks[slot];
+  attention_forward(scratch_.proj, a.att, a.qkv, acts_.B, acts_.T, config_.channels, config_.num_heads,
+                    blas_);  // the output is discarded
+  ++attention_recomputes_;
 }
 
 template <typename F>

@@ -17,6 +17,7 @@
 #include "kernels/core/device.hpp"
 #include "kernels/core/device_buffer.hpp"
 #include "kernels/model/gpu_block.hpp"
+#include "model/block_walk.hpp"
 #include "model/checkpoint_policy.hpp"
 #include "model/config.hpp"
 #include "model/params.hpp"
@@ -50,8 +51,10 @@ struct GpuActivations {
 // 4 BT per block slot + 3 BT. The rest of activation_elements() is stored as F.
 std::size_t gpu_stat_elements(const GPTConfig& config, int B, int T, const CheckpointPolicy& policy);
 
+// The blocks run through the one walk of model/block_walk.cpp; the model is its BlockRunner
+// (privately: only forward and backward drive it), enqueuing each block's kernels.
 template <typename F>
-class GpuGPT {
+class GpuGPT : private BlockRunner {
  public:
   // Allocates parameters (zero) and gradients (zero) on the current device.
   GpuGPT(const GPTConfig& config, MemoryTracker* tracker, const GpuOptions& options = {});
@@ -92,11 +95,16 @@ class GpuGPT {
  private:
   void ensure_buffers(int B, int T);
   void assign_activations(int B, int T);
-  // The blocks under the checkpoint policy (kernels/model/gpu_checkpointing.cpp).
-  void forward_blocks();
-  void backward_blocks();
-  void block_forward_at(int l, GpuBlockActs<F>& a, const F* x);
-  void block_backward_at(int l, const GpuBlockActs<F>& a, const F* x);
+  // BlockRunner: the blocks under the checkpoint policy, as the walk asks (enqueued on stream()).
+  int num_blocks() const override { return config_.num_layers; }
+  void forward_block(int l, int slot, ActPlace x) override;
+  void backward_block(int l, int slot, ActPlace x) override;
+  void keep_boundary(int s, ActPlace x) override;
+  void store_output(ActPlace x) override;
+  void recompute_attention(int l, int slot) override;
+  F* place(ActPlace x) const {
+    return x.kind == ActPlace::Kind::kBoundary ? acts_.boundaries[x.index] : acts_.blocks[x.index].residual3;
+  }
   void copy_activation(F* dst, const F* src);  // one (B,T,C) tensor, on the stream
   void notify_grads_ready(std::size_t offset) {
     if (grad_ready_hook_) grad_ready_hook_(offset);

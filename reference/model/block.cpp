@@ -15,26 +15,6 @@ std::size_t block_act_elements(int B, int T, int C, int NH) {
 }
 
 template <typename F>
-F* assign_block_acts(BlockActs<F>& a, F* base, int B, int T, int C, int NH, bool own_att) {
-  const std::size_t BT = static_cast<std::size_t>(B) * T, BTC = BT * C;
-  auto take = [&base](std::size_t n) { F* r = base; base += n; return r; };
-  a.ln1 = take(BTC);
-  a.ln1_mean = take(BT);
-  a.ln1_rstd = take(BT);
-  a.qkv = take(3 * BTC);
-  a.att = own_att ? take(static_cast<std::size_t>(NH) * BT * T) : nullptr;
-  a.atty = take(BTC);
-  a.residual2 = take(BTC);
-  a.ln2 = take(BTC);
-  a.ln2_mean = take(BT);
-  a.ln2_rstd = take(BT);
-  a.fch = take(4 * BTC);
-  a.fch_gelu = take(4 * BTC);
-  a.residual3 = take(BTC);
-  return base;
-}
-
-template <typename F>
 void block_forward(BlockActs<F>& a, const BlockView<F>& w, const F* x, BlockScratch<F>& s, int B, int T, int C,
                    int NH) {
   const int N = B * T;
@@ -71,7 +51,6 @@ void block_backward(F* dres, const BlockView<F>& g, const BlockActs<F>& a, const
 }
 
 #define SCALELAB_INSTANTIATE(F)                                                                                \
-  template F* assign_block_acts<F>(BlockActs<F>&, F*, int, int, int, int, bool);                                    \
   template void block_forward<F>(BlockActs<F>&, const BlockView<F>&, const F*, BlockScratch<F>&, int, int, int, \
                                  int);                                                                          \
   template void block_backward<F>(F*, const BlockView<F>&, const BlockActs<F>&, const BlockView<F>&, const F*,  \

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 
+#include "core/carve.hpp"
 #include "model/params.hpp"
 
 namespace scalelab {
@@ -30,11 +31,33 @@ struct BlockActs {
 
 // Number of elements of one block's saved activations: 16 BTC + 4 BT + NH B T T.
 std::size_t block_act_elements(int B, int T, int C, int NH);
-// Point the fields of `a` at consecutive ranges starting at `base`; returns the end. With
-// own_att false, `att` is left null for the caller to point at a shared buffer (stage 02's
-// selective checkpointing).
+// The layout of one block's saved activations, shared by every model: the fields of `a` (a
+// BlockActs, or the GPU's GpuBlockActs) point at the next ranges of `values`, and the LayerNorm
+// statistics at the next ranges of `stats` (the same Carver on the CPU; an fp32 one on the GPU,
+// whose LayerNorm keeps its statistics in fp32). With own_att false, `att` is left null for the
+// caller to point at a shared buffer (stage 02's selective checkpointing).
+template <typename Acts, typename Values, typename Stats>
+void carve_block_acts(Acts& a, Values& values, Stats& stats, int B, int T, int C, int NH, bool own_att) {
+  const std::size_t BT = static_cast<std::size_t>(B) * T, BTC = BT * C;
+  a.ln1 = values.take(BTC);
+  a.ln1_mean = stats.take(BT);
+  a.ln1_rstd = stats.take(BT);
+  a.qkv = values.take(3 * BTC);
+  a.att = own_att ? values.take(static_cast<std::size_t>(NH) * BT * T) : nullptr;
+  a.atty = values.take(BTC);
+  a.residual2 = values.take(BTC);
+  a.ln2 = values.take(BTC);
+  a.ln2_mean = stats.take(BT);
+  a.ln2_rstd = stats.take(BT);
+  a.fch = values.take(4 * BTC);
+  a.fch_gelu = values.take(4 * BTC);
+  a.residual3 = values.take(BTC);
+}
+// The CPU form: everything from one buffer.
 template <typename F>
-F* assign_block_acts(BlockActs<F>& a, F* base, int B, int T, int C, int NH, bool own_att = true);
+void assign_block_acts(BlockActs<F>& a, Carver<F>& carve, int B, int T, int C, int NH, bool own_att = true) {
+  carve_block_acts(a, carve, carve, B, T, C, NH, own_att);
+}
 
 // Backward scratch shared by all blocks (workspace, not activations).
 template <typename F>

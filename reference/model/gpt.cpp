@@ -1,11 +1,17 @@
-// GPT model: buffers, initialisation, and the forward/backward over all layers.
+// GPT model (every stage): buffers, initialisation, and the forward/backward over all layers,
+// of the whole model or of a pipeline slice. The blocks run through the walk of
+// model/block_walk.cpp (stage 02's checkpoint policies), this model being its BlockRunner.
 #include "model/gpt.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
+#include "core/carve.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
+#include "model/batch_check.hpp"
+#include "model/layers/attention.hpp"
 #include "model/layers/crossentropy.hpp"
 #include "model/layers/encoder.hpp"
 #include "model/layers/layernorm.hpp"
@@ -18,41 +24,69 @@ std::size_t activation_elements(const GPTConfig& c, int B, int T) {
 }
 
 std::size_t activation_elements(const GPTConfig& c, int B, int T, const CheckpointPolicy& policy) {
+  return activation_elements(c, B, T, policy, ModelSlice{});
+}
+
+std::size_t activation_elements(const GPTConfig& c, int B, int T, const CheckpointPolicy& policy,
+                                const ModelSlice& slice) {
   const std::size_t BT = static_cast<std::size_t>(B) * T, BTC = BT * c.channels;
-  const std::size_t L = c.num_layers;
+  const std::size_t L = slice.count(c);
   const std::size_t block = block_act_elements(B, T, c.channels, c.num_heads);
   const std::size_t att = static_cast<std::size_t>(c.num_heads) * BT * T;
-  const std::size_t head = 2 * BTC + 3 * BT + BT * c.vocab_size;  // encoded, lnf + stats, probs, losses
+  // The blocks' input (encoded), then with the head: lnf + stats, probs, losses.
+  const std::size_t outside = BTC + (slice.head ? BTC + 3 * BT + BT * c.vocab_size : 0);
   switch (policy.kind) {
-    case CheckpointPolicy::Kind::kNone: return head + L * block;
-    case CheckpointPolicy::Kind::kSelective: return head + L * (block - att) + att;
+    case CheckpointPolicy::Kind::kNone: return outside + L * block;
+    case CheckpointPolicy::Kind::kSelective: return outside + L * (block - att) + att;
     case CheckpointPolicy::Kind::kEveryK:
     case CheckpointPolicy::Kind::kSqrtL: {
-      const std::size_t k = policy.segment_blocks(c.num_layers);
-      const std::size_t segments = (L + k - 1) / k;
-      return head + (segments - 1) * BTC + BTC + k * block;  // boundaries, final output, one segment
+      const std::size_t k = activation_slots(policy, static_cast<int>(L));
+      const std::size_t segments = segment_count(policy, static_cast<int>(L));
+      return outside + (segments - 1) * BTC + BTC + k * block;  // boundaries, final output, one segment
     }
   }
   return 0;
 }
 
-template <typename F>
-GPTModel<F>::GPTModel(const GPTConfig& config, MemoryTracker* tracker)
-    : config_(config), layout_((config.validate(), config)), tracker_(tracker),
-      params_(layout_.num_params(), MemCategory::kParams, tracker),
-      grads_(layout_.num_params(), MemCategory::kGrads, tracker) {
-  for (int l = 0; l < config_.num_layers; ++l)
-    block_offsets_.push_back(layout_.find("transformer.h." + std::to_string(l) + ".ln_1.weight").offset);
-  lnf_offset_ = layout_.find("transformer.ln_f.weight").offset;
+namespace {
+
+ModelSlice resolved(const GPTConfig& config, ModelSlice slice) {
+  config.validate();
+  slice.validate(config);
+  slice.num_layers = slice.count(config);
+  return slice;
 }
 
+}  // namespace
+
 template <typename F>
-void init_gpt2_weights(const ParamLayout& layout, int num_layers, F* params, std::uint64_t seed) {
+GPTModel<F>::GPTModel(const GPTConfig& config, MemoryTracker* tracker, const ModelSlice& slice)
+    : config_(config), slice_(resolved(config, slice)), layout_(config, slice_), tracker_(tracker),
+      params_(layout_.num_params(), MemCategory::kParams, tracker),
+      grads_(layout_.num_params(), MemCategory::kGrads, tracker),
+      w_(make_param_view(config_, slice_, params_.data())), g_(make_param_view(config_, slice_, grads_.data())) {
+  for (int l = 0; l < slice_.num_layers; ++l)
+    block_offsets_.push_back(
+        layout_.find("transformer.h." + std::to_string(slice_.first_layer + l) + ".ln_1.weight").offset);
+  if (slice_.head) lnf_offset_ = layout_.find("transformer.ln_f.weight").offset;
+}
+
+namespace {
+
+// Initialises the tensors of `layout` in order with one RNG stream; `place` says where each
+// tensor's values go (null: draw and discard them, so later tensors get the same values).
+template <typename F, typename Place>
+void init_gpt2_tensors(const ParamLayout& layout, int num_layers, std::uint64_t seed, Place place) {
   Rng rng(seed);
   const double std_base = 0.02;
   const double std_resid = 0.02 / std::sqrt(2.0 * num_layers);
+  std::vector<F> discard;
   for (const auto& t : layout.tensors()) {
-    F* p = params + t.offset;
+    F* p = place(t);
+    if (!p) {
+      discard.resize(t.numel);
+      p = discard.data();
+    }
     const std::string& n = t.name;
     auto ends_with = [&n](const char* s) {
       const std::string suf(s);
@@ -70,12 +104,30 @@ void init_gpt2_weights(const ParamLayout& layout, int num_layers, F* params, std
     }
   }
 }
+
+}  // namespace
+
+template <typename F>
+void init_gpt2_weights(const ParamLayout& layout, int num_layers, F* params, std::uint64_t seed) {
+  init_gpt2_tensors<F>(layout, num_layers, seed, [params](const ParamTensor& t) { return params + t.offset; });
+}
+
+template <typename F>
+void init_gpt2_weights(const GPTConfig& config, const ParamLayout& slice_layout, F* params, std::uint64_t seed) {
+  init_gpt2_tensors<F>(ParamLayout(config), config.num_layers, seed, [&](const ParamTensor& t) -> F* {
+    const ParamTensor* held = slice_layout.find_if_held(t.name);
+    return held ? params + held->offset : nullptr;
+  });
+}
+
 template void init_gpt2_weights<float>(const ParamLayout&, int, float*, std::uint64_t);
 template void init_gpt2_weights<double>(const ParamLayout&, int, double*, std::uint64_t);
+template void init_gpt2_weights<float>(const GPTConfig&, const ParamLayout&, float*, std::uint64_t);
+template void init_gpt2_weights<double>(const GPTConfig&, const ParamLayout&, double*, std::uint64_t);
 
 template <typename F>
 void GPTModel<F>::init_weights(std::uint64_t seed) {
-  init_gpt2_weights(layout_, config_.num_layers, params_.data(), seed);
+  init_gpt2_weights(config_, layout_, params_.data(), seed);
 }
 
 template <typename F>
@@ -84,112 +136,89 @@ void GPTModel<F>::ensure_buffers(int B, int T) {
   if (acts_.B == B && acts_.T == T && same_policy) return;
   const int C = config_.channels, V = config_.vocab_size;
   const std::size_t BT = static_cast<std::size_t>(B) * T, BTC = BT * C;
+  const std::size_t BTV = slice_.head ? BT * V : 0;  // dlogits only with the head
   act_buffer_ = Buffer<F>();  // free the old ones first, so the peak is not their sum
   scratch_buffer_ = Buffer<F>();
-  act_buffer_ = Buffer<F>(activation_elements(config_, B, T, policy_), MemCategory::kActivations, tracker_);
+  act_buffer_ = Buffer<F>(activation_elements(config_, B, T, policy_, slice_), MemCategory::kActivations, tracker_);
   assign_activations(B, T);
 
-  scratch_buffer_ = Buffer<F>(BTC * 8 + static_cast<std::size_t>(T) * T + BT * V, MemCategory::kWorkspace, tracker_);
-  F* s = scratch_buffer_.data();
-  auto stake = [&s](std::size_t n) { F* r = s; s += n; return r; };
-  scratch_.proj = stake(BTC);
-  scratch_.dbtc = stake(BTC);
-  scratch_.dwide = stake(4 * BTC);
-  scratch_.dtt = stake(static_cast<std::size_t>(T) * T);
-  dres_ = stake(BTC);
-  dlnf_ = stake(BTC);
-  dlogits_ = stake(BT * V);
+  scratch_buffer_ = Buffer<F>(BTC * 8 + static_cast<std::size_t>(T) * T + BTV, MemCategory::kWorkspace, tracker_);
+  Carver<F> s(scratch_buffer_.data(), scratch_buffer_.size());
+  scratch_.proj = s.take(BTC);
+  scratch_.dbtc = s.take(BTC);
+  scratch_.dwide = s.take(4 * BTC);
+  scratch_.dtt = s.take(static_cast<std::size_t>(T) * T);
+  dres_ = s.take(BTC);
+  dlnf_ = s.take(BTC);
+  dlogits_ = slice_.head ? s.take(BTV) : nullptr;
 }
 
 template <typename F>
 void GPTModel<F>::assign_activations(int B, int T) {
   using Kind = CheckpointPolicy::Kind;
-  const int C = config_.channels, V = config_.vocab_size, L = config_.num_layers, NH = config_.num_heads;
+  const int C = config_.channels, V = config_.vocab_size, L = slice_.num_layers, NH = config_.num_heads;
   const std::size_t BT = static_cast<std::size_t>(B) * T, BTC = BT * C;
-  F* p = act_buffer_.data();
-  auto take = [&p](std::size_t n) { F* r = p; p += n; return r; };
+  Carver<F> p(act_buffer_.data(), act_buffer_.size());
   acts_.B = B;
   acts_.T = T;
   acts_.policy = policy_;
-  acts_.encoded = take(BTC);
+  acts_.encoded = p.take(BTC);
   acts_.boundaries.assign(1, acts_.encoded);
-  if (policy_.kind == Kind::kNone || policy_.kind == Kind::kSelective) {
-    const bool own_att = policy_.kind == Kind::kNone;
-    acts_.blocks.resize(L);
-    for (auto& b : acts_.blocks) p = assign_block_acts(b, p, B, T, C, NH, own_att);
-    if (!own_att) {
-      F* shared_att = take(static_cast<std::size_t>(NH) * BT * T);
-      for (auto& b : acts_.blocks) b.att = shared_att;
-    }
-    acts_.final_input = acts_.blocks.back().residual3;
-  } else {
-    const int k = policy_.segment_blocks(L);
-    const int segments = (L + k - 1) / k;
-    for (int seg = 1; seg < segments; ++seg) acts_.boundaries.push_back(take(BTC));
-    acts_.final_input = take(BTC);
-    acts_.blocks.resize(k);
-    for (auto& b : acts_.blocks) p = assign_block_acts(b, p, B, T, C, NH);
+  // Segments (every:K, sqrt): a boundary per further segment, the output, then k slots. Else
+  // L slots, the last one's residual3 being the output; selective shares one att buffer.
+  for (int seg = 1; seg < segment_count(policy_, L); ++seg) acts_.boundaries.push_back(p.take(BTC));
+  if (has_segments(policy_)) acts_.final_input = p.take(BTC);
+  const bool own_att = policy_.kind != Kind::kSelective;
+  acts_.blocks.resize(activation_slots(policy_, L));
+  for (auto& b : acts_.blocks) assign_block_acts(b, p, B, T, C, NH, own_att);
+  if (!own_att) {
+    F* shared_att = p.take(static_cast<std::size_t>(NH) * BT * T);
+    for (auto& b : acts_.blocks) b.att = shared_att;
   }
-  acts_.lnf = take(BTC);
-  acts_.lnf_mean = take(BT);
-  acts_.lnf_rstd = take(BT);
-  acts_.probs = take(BT * V);
-  acts_.losses = take(BT);
-  SCALELAB_CHECK(p == act_buffer_.data() + act_buffer_.size(), "activation layout does not add up");
+  if (!has_segments(policy_)) acts_.final_input = acts_.blocks.back().residual3;
+  if (slice_.head) carve_head_acts(acts_, p, p, B, T, C, V);
+  SCALELAB_CHECK(p.used_all(), "activation layout does not add up");
 }
 
 template <typename F>
 F GPTModel<F>::forward(const int* tokens, const int* targets, int B, int T) {
-  const int C = config_.channels, V = config_.vocab_size;
-  require(B >= 1, "batch", "must be at least 1, got " + std::to_string(B), "use a positive batch size");
-  require(T >= 1 && T <= config_.max_seq_len, "seq_len",
-          "must be in [1, " + std::to_string(config_.max_seq_len) + "] for config '" + config_.name + "', got " +
-              std::to_string(T),
-          "use a sequence length no longer than the model's max_seq_len");
-  const std::size_t BT = static_cast<std::size_t>(B) * T;
-  for (std::size_t i = 0; i < BT; ++i) {
-    require(tokens[i] >= 0 && tokens[i] < V, "tokens", "token " + std::to_string(tokens[i]) + " at position " +
-            std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(V) + ")",
-            "tokenize with a vocabulary that matches the model");
-    require(targets[i] >= 0 && targets[i] < V, "targets", "target " + std::to_string(targets[i]) +
-            " at position " + std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(V) + ")",
-            "tokenize with a vocabulary that matches the model");
-  }
-  ensure_buffers(B, T);
-  tokens_.assign(tokens, tokens + BT);
-  targets_.assign(targets, targets + BT);
-
-  ParamView<F> w = make_param_view(config_, params_.data());
-  encoder_forward(acts_.encoded, tokens, w.wte, w.wpe, B, T, C);
-  forward_blocks(w);
-  layernorm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, acts_.final_input, w.lnf_w, w.lnf_b,
-                    static_cast<int>(BT), C);
-  matmul_forward<F>(acts_.probs, acts_.lnf, w.wte, nullptr, static_cast<int>(BT), C, V);  // logits
-  return crossentropy_forward(acts_.probs, acts_.losses, acts_.probs, targets, static_cast<int>(BT), V);
+  return forward_slice(tokens, nullptr, targets, B, T);
 }
 
 template <typename F>
-void GPTModel<F>::forward_blocks(const ParamView<F>& w) {
-  if (policy_.kind == CheckpointPolicy::Kind::kEveryK || policy_.kind == CheckpointPolicy::Kind::kSqrtL) {
-    forward_blocks_checkpointed(w);
-    return;
+F GPTModel<F>::forward_slice(const int* tokens, const F* input, const int* targets, int B, int T) {
+  SCALELAB_CHECK(slice_.embeddings ? tokens != nullptr : input != nullptr, "slice ", slice_.describe(config_),
+                 slice_.embeddings ? " starts from tokens" : " starts from input activations");
+  SCALELAB_CHECK(!slice_.head || targets != nullptr, "slice ", slice_.describe(config_), " needs targets");
+  const int C = config_.channels, V = config_.vocab_size;
+  check_batch(config_, slice_.embeddings ? tokens : nullptr, slice_.head ? targets : nullptr, B, T);
+  ensure_buffers(B, T);
+  const std::size_t BT = static_cast<std::size_t>(B) * T;
+  if (slice_.embeddings) {
+    tokens_.assign(tokens, tokens + BT);
+    encoder_forward(acts_.encoded, tokens, w_.wte, w_.wpe, B, T, C);
+  } else {
+    std::copy(input, input + BT * C, acts_.encoded);  // kept: block 0's backward reads its input
   }
-  const F* x = acts_.encoded;
-  for (int l = 0; l < config_.num_layers; ++l) {
-    block_forward(acts_.blocks[l], w.blocks[l], x, scratch_, acts_.B, acts_.T, config_.channels, config_.num_heads);
-    ++block_forwards_;
-    x = acts_.blocks[l].residual3;
-  }
+  walk_blocks_forward(*this, policy_);
+  if (!slice_.head) return F(0);
+  targets_.assign(targets, targets + BT);
+  layernorm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, acts_.final_input, w_.lnf_w, w_.lnf_b,
+                    static_cast<int>(BT), C);
+  matmul_forward<F>(acts_.probs, acts_.lnf, w_.wte, nullptr, static_cast<int>(BT), C, V);  // logits
+  return crossentropy_forward(acts_.probs, acts_.losses, acts_.probs, targets, static_cast<int>(BT), V);
 }
 
 template <typename F>
 void GPTModel<F>::backward(F loss_scale) {
   SCALELAB_CHECK(acts_.B > 0, "backward() called before forward()");
+  SCALELAB_CHECK(slice_.head, "backward(loss_scale) of slice ", slice_.describe(config_),
+                 ", which has no head: use backward_slice(doutput)");
   // LAB 00 BEGIN model_backward: section 4
   const int B = acts_.B, T = acts_.T, C = config_.channels, V = config_.vocab_size;
   const int N = B * T;
-  ParamView<F> w = make_param_view(config_, params_.data());
-  ParamView<F> g = make_param_view(config_, grads_.data());
+  const ParamView<F>& w = w_;
+  const ParamView<F>& g = g_;
   // mean loss over N positions: d loss / d loss[i] = 1/N
   crossentropy_backward(dlogits_, acts_.probs, targets_.data(), loss_scale / F(N), N, V);
   matmul_backward<F>(dlnf_, g.wte, nullptr, dlogits_, acts_.lnf, w.wte, N, C, V);
@@ -197,20 +226,36 @@ void GPTModel<F>::backward(F loss_scale) {
   layernorm_backward(dres_, g.lnf_w, g.lnf_b, dlnf_, acts_.final_input, w.lnf_w, acts_.lnf_mean, acts_.lnf_rstd, N,
                      C);
   backward_blocks(w, g);
-  encoder_backward(g.wte, g.wpe, dres_, tokens_.data(), B, T, C);
+  if (slice_.embeddings) encoder_backward(g.wte, g.wpe, dres_, tokens_.data(), B, T, C);
   // LAB 00 END
   notify_grads_ready(0);  // the embeddings (wte also got the LM head's gradient) are final
 }
 
 template <typename F>
-void GPTModel<F>::backward_blocks(const ParamView<F>& w, const ParamView<F>& g) {
-  notify_grads_ready(lnf_offset_);  // ln_f's gradients are final once its backward ran
-  if (policy_.kind != CheckpointPolicy::Kind::kNone) {
-    backward_blocks_checkpointed(w, g);
+void GPTModel<F>::backward_slice(const F* doutput, F loss_scale) {
+  if (slice_.head) {
+    backward(loss_scale);
     return;
   }
+  SCALELAB_CHECK(acts_.B > 0, "backward_slice() called before forward_slice()");
+  SCALELAB_CHECK(doutput != nullptr, "slice ", slice_.describe(config_), " needs d loss / d output");
+  std::copy(doutput, doutput + btc(), dres_);  // the blocks' backward updates it in place
+  backward_blocks(w_, g_);
+  if (slice_.embeddings) encoder_backward(g_.wte, g_.wpe, dres_, tokens_.data(), acts_.B, acts_.T, config_.channels);
+  notify_grads_ready(0);
+}
+
+template <typename F>
+void GPTModel<F>::backward_blocks(const ParamView<F>& w, const ParamView<F>& g) {
+  if (slice_.head) notify_grads_ready(lnf_offset_);  // ln_f's gradients are final once its backward ran
+  if (policy_.kind != CheckpointPolicy::Kind::kNone) {
+    walk_blocks_backward(*this, policy_);
+    return;
+  }
+  // Without checkpointing, the plain loop: lab 00 writes it here, before stage 02's walk
+  // (model/block_walk.cpp, whose backward_blocks_all is the same loop) exists.
   // LAB 00 BEGIN backward_blocks: section 4
-  for (int l = config_.num_layers - 1; l >= 0; --l) {
+  for (int l = num_blocks() - 1; l >= 0; --l) {
     const F* x = l == 0 ? acts_.encoded : acts_.blocks[l - 1].residual3;
     block_backward_at(l, acts_.blocks[l], x, w, g);
   }
@@ -223,6 +268,35 @@ void GPTModel<F>::block_backward_at(int l, const BlockActs<F>& a, const F* x, co
   block_backward(dres_, g.blocks[l], a, w.blocks[l], x, scratch_, acts_.B, acts_.T, config_.channels,
                  config_.num_heads);
   notify_grads_ready(block_offsets_[l]);
+}
+
+template <typename F>
+void GPTModel<F>::forward_block(int l, int slot, ActPlace x) {
+  block_forward(acts_.blocks[slot], w_.blocks[l], place(x), scratch_, acts_.B, acts_.T, config_.channels,
+                config_.num_heads);
+  ++block_forwards_;
+}
+
+template <typename F>
+void GPTModel<F>::backward_block(int l, int slot, ActPlace x) {
+  block_backward_at(l, acts_.blocks[slot], place(x), w_, g_);
+}
+
+template <typename F>
+void GPTModel<F>::keep_boundary(int s, ActPlace x) {
+  std::memcpy(acts_.boundaries[s], place(x), btc() * sizeof(F));
+}
+
+template <typename F>
+void GPTModel<F>::store_output(ActPlace x) {
+  if (place(x) != acts_.final_input) std::memcpy(acts_.final_input, place(x), btc() * sizeof(F));
+}
+
+template <typename F>
+void GPTModel<F>::recompute_attention(int /*block*/, int slot) {
+  BlockActs<F>& a = acts_.blocks[slot];
+  attention_forward(scratch_.proj, a.att, a.qkv, acts_.B, acts_.T, config_.channels, config_.num_heads);  // output discarded
+  ++attention_recomputes_;
 }
 
 template <typename F>

@@ -2,6 +2,9 @@
 // to the token embedding, mean cross-entropy. Parameters and gradients are two flat buffers with
 // the ParamLayout; the saved activations are one more, sized for the batch of the last forward.
 // F is float for training and double for whole-model gradient checks.
+// A model object can also hold a slice of the GPT (model/slice.hpp): a range of blocks, with or
+// without the embeddings and the head, for pipeline parallelism (stage 05); slices chained by
+// hand compute what the whole model computes, bit for bit.
 #pragma once
 
 #include <cstddef>
@@ -11,9 +14,11 @@
 
 #include "core/memory.hpp"
 #include "model/block.hpp"
+#include "model/block_walk.hpp"
 #include "model/checkpoint_policy.hpp"
 #include "model/config.hpp"
 #include "model/params.hpp"
+#include "model/slice.hpp"
 
 namespace scalelab {
 
@@ -26,34 +31,61 @@ template <typename F>
 struct Activations {
   int B = 0, T = 0;
   CheckpointPolicy policy;
-  F* encoded;                        // (B,T,C)  embeddings: the first block's input
+  F* encoded;                        // (B,T,C)  the first block's input: the embeddings' output
+                                     //          (a slice without embeddings: a copy of its input)
   std::vector<BlockActs<F>> blocks;  // L of them; one segment's worth when checkpointing
   std::vector<F*> boundaries;        // segment s's input (B,T,C); [0] is `encoded`
   F* final_input;                    // (B,T,C)  the last block's output, ln_f's input
-  F* lnf;                            // (B,T,C)
-  F* lnf_mean;                       // (B,T)
-  F* lnf_rstd;                       // (B,T)
-  F* probs;                          // (B,T,V)  softmax of the logits (computed in place)
-  F* losses;                         // (B,T)
+  // The head's (null for a slice without the head):
+  F* lnf = nullptr;                  // (B,T,C)
+  F* lnf_mean = nullptr;             // (B,T)
+  F* lnf_rstd = nullptr;             // (B,T)
+  F* probs = nullptr;                // (B,T,V)  softmax of the logits (computed in place)
+  F* losses = nullptr;               // (B,T)
 };
+
+// The head's saved activations (after the blocks'), as every model lays them out (the fp32, the
+// mixed-precision and the GPU model): values from `values`, statistics and losses from `stats`
+// (the same Carver, except on the GPU, which keeps those in fp32).
+template <typename Acts, typename Values, typename Stats>
+void carve_head_acts(Acts& a, Values& values, Stats& stats, int B, int T, int C, int V) {
+  const std::size_t BT = static_cast<std::size_t>(B) * T;
+  a.lnf = values.take(BT * C);
+  a.lnf_mean = stats.take(BT);
+  a.lnf_rstd = stats.take(BT);
+  a.probs = values.take(BT * V);
+  a.losses = stats.take(BT);
+}
 
 // Elements saved by forward without checkpointing: BTC (16L + 2) + BT (4L + 3) + L NH B T T + BTV.
 std::size_t activation_elements(const GPTConfig& config, int B, int T);
 // The same under a checkpoint policy (the peak, recompute buffers included).
 std::size_t activation_elements(const GPTConfig& config, int B, int T, const CheckpointPolicy& policy);
+// The same for a slice: its blocks, its input (B,T,C), and the head's part only with the head.
+std::size_t activation_elements(const GPTConfig& config, int B, int T, const CheckpointPolicy& policy,
+                                const ModelSlice& slice);
 
 // GPT-2 initialisation of a flat buffer laid out by `layout`: weights N(0, 0.02), residual
 // projections (c_proj) N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weights 1. Deterministic in the seed.
 template <typename F>
 void init_gpt2_weights(const ParamLayout& layout, int num_layers, F* params, std::uint64_t seed);
-
+// The same values for the tensors a slice holds (slice_layout = ParamLayout(config, slice)):
+// each gets what the whole model's initialisation gives it, so slices start as the whole model
+// (the head's copy of wte equal to the embeddings').
 template <typename F>
-class GPTModel {
+void init_gpt2_weights(const GPTConfig& config, const ParamLayout& slice_layout, F* params, std::uint64_t seed);
+
+// The model implements the walk's BlockRunner (model/block_walk.hpp) privately: only its own
+// forward and backward drive the walk.
+template <typename F>
+class GPTModel : private BlockRunner {
  public:
   // Allocates parameters (zero) and gradients (zero); call init_weights() or load weights.
-  GPTModel(const GPTConfig& config, MemoryTracker* tracker);
+  // With a slice, only the tensors of ParamLayout(config, slice) (default: the whole model).
+  GPTModel(const GPTConfig& config, MemoryTracker* tracker, const ModelSlice& slice = {});
 
   const GPTConfig& config() const { return config_; }
+  const ModelSlice& slice() const { return slice_; }
   const ParamLayout& layout() const { return layout_; }
   std::size_t num_params() const { return layout_.num_params(); }
   F* params() { return params_.data(); }
@@ -71,8 +103,24 @@ class GPTModel {
   // Saves the activations (reallocated when B or T changes) and a copy of tokens and targets.
   F forward(const int* tokens, const int* targets, int B, int T);
   // Accumulates (+=) d(loss_scale * loss)/d params into grads(), for the last forward.
+  // The whole model, or a slice with the head.
   void backward(F loss_scale = F(1));
   void zero_grad();
+
+  // Pipeline slices. forward_slice runs the slice on its input: tokens (B,T) with the
+  // embeddings, else `input` (B,T,C), the previous slice's output(). With the head it returns
+  // the mean loss against targets (B,T); without, targets may be null and it returns 0.
+  // forward(tokens, targets, B, T) is forward_slice(tokens, nullptr, targets, B, T).
+  F forward_slice(const int* tokens, const F* input, const int* targets, int B, int T);
+  // (B,T,C) the blocks' output of the last forward: the next slice's input.
+  const F* output() const { return acts_.final_input; }
+  // Accumulates parameter gradients for the last forward: with the head, backward(loss_scale)
+  // (doutput unused); without, from doutput (B,T,C) = d loss / d output(), which the next
+  // slice's input_grad() gives (loss_scale unused: doutput carries it).
+  void backward_slice(const F* doutput, F loss_scale = F(1));
+  // (B,T,C) d loss / d input after backward_slice of a slice without the embeddings: what the
+  // previous slice's backward_slice takes. (With the embeddings: the embeddings' output's.)
+  const F* input_grad() const { return dres_; }
 
   // Stage 02: which activations forward keeps (default: all). Takes effect at the next forward.
   void set_checkpoint_policy(const CheckpointPolicy& policy) { policy_ = policy; }
@@ -92,32 +140,44 @@ class GPTModel {
  private:
   void ensure_buffers(int B, int T);
   void assign_activations(int B, int T);
-  // The blocks' part of forward and backward: plain (stage 00) and checkpointed (stage 02).
-  void forward_blocks(const ParamView<F>& w);
+  // The blocks' backward: the plain loop of stage 00 without checkpointing (lab 00 writes it
+  // here), the walk of model/block_walk.cpp under any other policy.
   void backward_blocks(const ParamView<F>& w, const ParamView<F>& g);
-  void forward_blocks_checkpointed(const ParamView<F>& w);
   // block_backward for block l (whose input was x), then the grad-ready notification.
   void block_backward_at(int l, const BlockActs<F>& a, const F* x, const ParamView<F>& w, const ParamView<F>& g);
   void notify_grads_ready(std::size_t offset) {
     if (grad_ready_hook_) grad_ready_hook_(offset);
   }
-  void backward_blocks_checkpointed(const ParamView<F>& w, const ParamView<F>& g);
+
+  // BlockRunner: what the walk needs (model/block_walk.hpp).
+  int num_blocks() const override { return static_cast<int>(w_.blocks.size()); }
+  void forward_block(int block, int slot, ActPlace x) override;
+  void backward_block(int block, int slot, ActPlace x) override;
+  void keep_boundary(int s, ActPlace x) override;
+  void store_output(ActPlace x) override;
+  void recompute_attention(int block, int slot) override;
+  F* place(ActPlace x) const {
+    return x.kind == ActPlace::Kind::kBoundary ? acts_.boundaries[x.index] : acts_.blocks[x.index].residual3;
+  }
+  std::size_t btc() const { return static_cast<std::size_t>(acts_.B) * acts_.T * config_.channels; }
 
   GPTConfig config_;
+  ModelSlice slice_;  // num_layers resolved
   ParamLayout layout_;
   MemoryTracker* tracker_;
   Buffer<F> params_, grads_;
+  ParamView<F> w_, g_;  // named views of params_ and grads_
   Buffer<F> act_buffer_, scratch_buffer_;
   Activations<F> acts_;
   BlockScratch<F> scratch_{};
   F* dres_ = nullptr;  // (B,T,C) gradient of the residual stream
   F* dlnf_ = nullptr;  // (B,T,C)
-  F* dlogits_ = nullptr;  // (B,T,V)
+  F* dlogits_ = nullptr;  // (B,T,V)  (null without the head)
   std::vector<int> tokens_, targets_;
   CheckpointPolicy policy_;
   std::function<void(std::size_t)> grad_ready_hook_;
   std::vector<std::size_t> block_offsets_;  // flat offset of each block's first parameter
-  std::size_t lnf_offset_ = 0;
+  std::size_t lnf_offset_ = 0;              // (the head's; unused without the head)
   std::size_t block_forwards_ = 0;
   std::size_t attention_recomputes_ = 0;
 };

@@ -3,6 +3,8 @@
 // travel to and from PyTorch as safetensors files. Gradients and optimizer state mirror the
 // same layout, which turns bucketing, sharding and casting into operations on ranges.
 // The LM head is tied to transformer.wte.weight, so there is no separate lm_head tensor.
+// A layout can also describe a slice of the model (model/slice.hpp, for pipeline stages): the
+// tensors it holds, under their global names, in the same order, packed into its own buffer.
 #pragma once
 
 #include <cstddef>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "model/config.hpp"
+#include "model/slice.hpp"
 
 namespace scalelab {
 
@@ -23,11 +26,19 @@ struct ParamTensor {
 
 class ParamLayout {
  public:
-  explicit ParamLayout(const GPTConfig& config);
+  // The whole model.
+  explicit ParamLayout(const GPTConfig& config) : ParamLayout(config, ModelSlice{}) {}
+  // The tensors `slice` holds, in nanoGPT order, with offsets into the slice's own buffer:
+  // transformer.wte.weight when it has the embeddings or the head (a slice with the head but not
+  // the embeddings holds its own copy of the tied weight, under the same name), wpe with the
+  // embeddings, its blocks under their global numbers (transformer.h.5...), ln_f with the head.
+  ParamLayout(const GPTConfig& config, const ModelSlice& slice);
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   std::size_t num_params() const { return total_; }
   // The tensor with this name; throws ConfigError naming it when absent.
   const ParamTensor& find(const std::string& name) const;
+  // The same, or nullptr when the layout does not hold it.
+  const ParamTensor* find_if_held(const std::string& name) const;
 
  private:
   std::vector<ParamTensor> tensors_;
@@ -52,16 +63,21 @@ struct BlockView {
   F* fcproj_b;   // (C)
 };
 
+// For a slice, the tensors it does not hold are null: wte without embeddings and head, wpe
+// without embeddings, lnf without the head; blocks[i] is the slice's i-th block.
 template <typename F>
 struct ParamView {
-  F* wte;  // (V, C) token embedding, also the LM head
-  F* wpe;  // (T, C) position embedding
-  std::vector<BlockView<F>> blocks;  // L of them
-  F* lnf_w;  // (C)
-  F* lnf_b;  // (C)
+  F* wte = nullptr;  // (V, C) token embedding, also the LM head
+  F* wpe = nullptr;  // (T, C) position embedding
+  std::vector<BlockView<F>> blocks;  // L of them (the slice's count)
+  F* lnf_w = nullptr;  // (C)
+  F* lnf_b = nullptr;  // (C)
 };
 
+// Views into a flat buffer laid out by ParamLayout(config) or ParamLayout(config, slice).
 template <typename F>
 ParamView<F> make_param_view(const GPTConfig& config, F* base);
+template <typename F>
+ParamView<F> make_param_view(const GPTConfig& config, const ModelSlice& slice, F* base);
 
 }  // namespace scalelab

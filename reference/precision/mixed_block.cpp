@@ -3,6 +3,9 @@
 // kernel that reads half tensors, computes in fp32 (tensor cores accumulate in fp32) and writes
 // half tensors. The backward pass rounds the activation gradients the same way, and the
 // parameter gradients are added in fp32 to the widened half gradients and rounded once per block.
+// These are the model's BlockRunner functions: model/block_walk.cpp decides when each runs.
+#include <cstring>
+
 #include "model/layers/attention.hpp"
 #include "model/layers/gelu.hpp"
 #include "model/layers/layernorm.hpp"
@@ -12,9 +15,9 @@
 
 namespace scalelab {
 
-void MixedPrecisionModel::block_forward(int l, int slot, const std::uint16_t* x) {
+void MixedPrecisionModel::forward_block(int l, int slot, ActPlace x) {
   const std::size_t NC = static_cast<std::size_t>(acts_.B) * acts_.T * config_.channels;
-  widen(stage_.x, x, NC);
+  widen(stage_.x, place(x), NC);
   widen_params(stage_.wblock, master_view_.blocks[l].ln1_w, block_params_);
   block_forward_staged();
   narrow(acts_.blocks[slot], stage_.acts_base, stage_.acts_count);
@@ -24,24 +27,40 @@ void MixedPrecisionModel::block_forward(int l, int slot, const std::uint16_t* x)
   ++block_forwards_;
 }
 
-void MixedPrecisionModel::block_backward(int l, int slot, const std::uint16_t* x) {
-  const int B = acts_.B, T = acts_.T, C = config_.channels, NH = config_.num_heads;
-  const std::size_t NC = static_cast<std::size_t>(B) * T * C, att = static_cast<std::size_t>(NH) * B * T * T;
+void MixedPrecisionModel::backward_block(int l, int slot, ActPlace x) {
+  const std::size_t NC = static_cast<std::size_t>(acts_.B) * acts_.T * config_.channels;
   widen(stage_.acts_base, acts_.blocks[slot], stage_.acts_count);
-  if (acts_.shared_att) {
-    if (l == config_.num_layers - 1) {  // the shared buffer still holds the last block's probabilities
-      widen(stage_.acts.att, acts_.shared_att, att);
-    } else {  // the selective policy: recompute them from the saved (half) qkv, exactly as forward did
-      attention_forward(stage_.scratch.proj, stage_.acts.att, stage_.acts.qkv, B, T, C, NH);
-      round(stage_.acts.att, att);
-      ++attention_recomputes_;
-    }
-  }
-  widen(stage_.x, x, NC);
+  // The selective policy: the shared buffer holds this block's probabilities (the last block's
+  // from forward, the others' from recompute_attention).
+  if (acts_.shared_att)
+    widen(stage_.acts.att, acts_.shared_att,
+          static_cast<std::size_t>(config_.num_heads) * acts_.B * acts_.T * acts_.T);
+  widen(stage_.x, place(x), NC);
   widen_params(stage_.wblock, master_view_.blocks[l].ln1_w, block_params_);
   widen_grads(stage_.gblock, master_view_.blocks[l].ln1_w, block_params_);
   block_backward_staged();
   store_grads(master_view_.blocks[l].ln1_w, stage_.gblock, block_params_);
+}
+
+void MixedPrecisionModel::recompute_attention(int /*l*/, int slot) {
+  // From the saved (half) qkv, exactly as forward did, rounded and stored as forward stored them.
+  const int B = acts_.B, T = acts_.T, C = config_.channels, NH = config_.num_heads;
+  const std::size_t NC = static_cast<std::size_t>(B) * T * C, att = static_cast<std::size_t>(NH) * B * T * T;
+  widen(stage_.acts.qkv, acts_.blocks[slot] + (stage_.acts.qkv - stage_.acts_base), 3 * NC);
+  attention_forward(stage_.scratch.proj, stage_.acts.att, stage_.acts.qkv, B, T, C, NH);  // output discarded
+  round(stage_.acts.att, att);
+  narrow(acts_.shared_att, stage_.acts.att, att);
+  ++attention_recomputes_;
+}
+
+void MixedPrecisionModel::keep_boundary(int s, ActPlace x) {
+  const std::size_t NC = static_cast<std::size_t>(acts_.B) * acts_.T * config_.channels;
+  std::memcpy(acts_.boundaries[s], place(x), NC * sizeof(std::uint16_t));
+}
+
+void MixedPrecisionModel::store_output(ActPlace x) {
+  const std::size_t NC = static_cast<std::size_t>(acts_.B) * acts_.T * config_.channels;
+  if (place(x) != acts_.final_input) std::memcpy(acts_.final_input, place(x), NC * sizeof(std::uint16_t));
 }
 
 void MixedPrecisionModel::block_forward_staged() {

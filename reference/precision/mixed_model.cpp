@@ -1,14 +1,16 @@
-// Stage 03: the mixed-precision GPT's buffers, its embeddings and head, and the walk over the
-// blocks under a checkpoint policy. The structure is model/gpt.cpp's and model/checkpointing.cpp's;
-// what changes is where the bytes live (half storage, fp32 staging) and that every layer output
-// is rounded to half.
+// Stage 03: the mixed-precision GPT's buffers, its embeddings and head. The structure is
+// model/gpt.cpp's, and the blocks run through the same walk (model/block_walk.cpp); what changes
+// is where the bytes live (half storage, fp32 staging) and that every layer output is rounded
+// to half.
 #include "precision/mixed_model.hpp"
 
 #include <algorithm>
 #include <cstring>
 #include <string>
 
+#include "core/carve.hpp"
 #include "core/error.hpp"
+#include "model/batch_check.hpp"
 #include "model/gpt.hpp"
 #include "model/layers/crossentropy.hpp"
 #include "model/layers/encoder.hpp"
@@ -34,21 +36,6 @@ BlockView<float> rebase(const BlockView<float>& v, const float* from, float* to)
   return r;
 }
 
-void check_batch(const GPTConfig& c, const int* tokens, const int* targets, int B, int T) {
-  require(B >= 1, "batch", "must be at least 1, got " + std::to_string(B), "use a positive batch size");
-  require(T >= 1 && T <= c.max_seq_len, "seq_len",
-          "must be in [1, " + std::to_string(c.max_seq_len) + "] for config '" + c.name + "', got " + std::to_string(T),
-          "use a sequence length no longer than the model's max_seq_len");
-  const std::size_t BT = static_cast<std::size_t>(B) * T;
-  for (const int* ids : {tokens, targets}) {
-    const int* bad = std::find_if(ids, ids + BT, [&c](int t) { return t < 0 || t >= c.vocab_size; });
-    if (bad != ids + BT)
-      throw ConfigError(std::string(ids == tokens ? "tokens" : "targets") + ": id " + std::to_string(*bad) +
-                        " at position " + std::to_string(bad - ids) + " is outside the vocabulary [0, " +
-                        std::to_string(c.vocab_size) + "); tokenize with a vocabulary that matches the model");
-  }
-}
-
 }  // namespace
 
 MixedPrecisionModel::MixedPrecisionModel(const GPTConfig& config, HalfFormat format, MemoryTracker* tracker)
@@ -65,20 +52,20 @@ MixedPrecisionModel::MixedPrecisionModel(const GPTConfig& config, HalfFormat for
   const BlockView<float>& b0 = master_view_.blocks[0];
   block_params_ = static_cast<std::size_t>((b0.fcproj_b + C) - b0.ln1_w);  // a block is contiguous
   weight_stage_ = Buffer<float>(2 * block_params_ + 2 * (VC + TC) + 4 * C, MemCategory::kWorkspace, tracker_);
-  float* p = weight_stage_.data();
-  auto take = [&p](std::size_t n) { float* r = p; p += n; return r; };
-  stage_.wblock = take(block_params_);
-  stage_.gblock = take(block_params_);
+  Carver<float> p(weight_stage_.data(), weight_stage_.size());
+  stage_.wblock = p.take(block_params_);
+  stage_.gblock = p.take(block_params_);
   stage_.w = rebase(b0, b0.ln1_w, stage_.wblock);
   stage_.g = rebase(b0, b0.ln1_w, stage_.gblock);
-  stage_.wte = take(VC);
-  stage_.gwte = take(VC);
-  stage_.wpe = take(TC);
-  stage_.gwpe = take(TC);
-  stage_.lnf_w = take(C);
-  stage_.lnf_b = take(C);
-  stage_.glnf_w = take(C);
-  stage_.glnf_b = take(C);
+  stage_.wte = p.take(VC);
+  stage_.gwte = p.take(VC);
+  stage_.wpe = p.take(TC);
+  stage_.gwpe = p.take(TC);
+  stage_.lnf_w = p.take(C);
+  stage_.lnf_b = p.take(C);
+  stage_.glnf_w = p.take(C);
+  stage_.glnf_b = p.take(C);
+  SCALELAB_CHECK(p.used_all(), "weight staging layout does not add up");
 }
 
 void MixedPrecisionModel::widen_params(float* out, const float* master_ptr, std::size_t n) const {
@@ -117,11 +104,6 @@ std::vector<float> MixedPrecisionModel::grads_as_float() const {
   return g;
 }
 
-int MixedPrecisionModel::segment_blocks() const {
-  const bool segments = policy_.kind == CheckpointPolicy::Kind::kEveryK || policy_.kind == CheckpointPolicy::Kind::kSqrtL;
-  return segments ? policy_.segment_blocks(config_.num_layers) : config_.num_layers;
-}
-
 void MixedPrecisionModel::ensure_buffers(int B, int T) {
   const bool same_policy = acts_.policy.kind == policy_.kind && acts_.policy.every == policy_.every;
   if (acts_.B == B && acts_.T == T && same_policy) return;
@@ -134,29 +116,28 @@ void MixedPrecisionModel::ensure_buffers(int B, int T) {
   act_buffer_ = Buffer<std::uint16_t>(activation_elements(config_, B, T, policy_), MemCategory::kActivations, tracker_);
   stage_buffer_ = Buffer<float>(block + 10 * BTC + static_cast<std::size_t>(T) * T + 3 * BT + 2 * BT * V,
                                 MemCategory::kWorkspace, tracker_);
-  float* p = stage_buffer_.data();
-  auto take = [&p](std::size_t n) { float* r = p; p += n; return r; };
+  Carver<float> p(stage_buffer_.data(), stage_buffer_.size());
   // One block in fp32, laid out as a half slot; the selective policy's att goes at the end.
   const bool shared_att = policy_.kind == CheckpointPolicy::Kind::kSelective;
-  stage_.acts_base = take(block);
-  float* end = assign_block_acts(stage_.acts, stage_.acts_base, B, T, config_.channels, config_.num_heads, !shared_att);
-  if (shared_att) stage_.acts.att = end;
+  stage_.acts_base = p.position();
+  assign_block_acts(stage_.acts, p, B, T, config_.channels, config_.num_heads, !shared_att);
+  if (shared_att) stage_.acts.att = p.take(att);
   stage_.acts_count = shared_att ? block - att : block;
   stage_.residual3_offset = static_cast<std::size_t>(stage_.acts.residual3 - stage_.acts_base);
-  stage_.scratch.proj = take(BTC);
-  stage_.scratch.dbtc = take(BTC);
-  stage_.scratch.dwide = take(4 * BTC);
-  stage_.scratch.dtt = take(static_cast<std::size_t>(T) * T);
-  stage_.x = take(BTC);
-  stage_.lnf = take(BTC);
-  stage_.dres = take(BTC);
-  stage_.dlnf = take(BTC);
-  stage_.lnf_mean = take(BT);
-  stage_.lnf_rstd = take(BT);
-  stage_.losses = take(BT);
-  stage_.logits = take(BT * V);
-  stage_.dlogits = take(BT * V);
-  SCALELAB_CHECK(p == stage_buffer_.data() + stage_buffer_.size(), "staging layout does not add up");
+  stage_.scratch.proj = p.take(BTC);
+  stage_.scratch.dbtc = p.take(BTC);
+  stage_.scratch.dwide = p.take(4 * BTC);
+  stage_.scratch.dtt = p.take(static_cast<std::size_t>(T) * T);
+  stage_.x = p.take(BTC);
+  stage_.lnf = p.take(BTC);
+  stage_.dres = p.take(BTC);
+  stage_.dlnf = p.take(BTC);
+  stage_.lnf_mean = p.take(BT);
+  stage_.lnf_rstd = p.take(BT);
+  stage_.losses = p.take(BT);
+  stage_.logits = p.take(BT * V);
+  stage_.dlogits = p.take(BT * V);
+  SCALELAB_CHECK(p.used_all(), "staging layout does not add up");
   assign_activations(B, T);
 }
 
@@ -164,33 +145,23 @@ void MixedPrecisionModel::assign_activations(int B, int T) {
   const std::size_t C = config_.channels, V = config_.vocab_size, L = config_.num_layers;
   const std::size_t BT = static_cast<std::size_t>(B) * T, BTC = BT * C;
   const std::size_t att = static_cast<std::size_t>(config_.num_heads) * BT * T;
-  std::uint16_t* p = act_buffer_.data();
-  auto take = [&p](std::size_t n) { std::uint16_t* r = p; p += n; return r; };
+  Carver<std::uint16_t> p(act_buffer_.data(), act_buffer_.size());
   acts_.B = B;
   acts_.T = T;
   acts_.policy = policy_;
-  acts_.encoded = take(BTC);
+  acts_.encoded = p.take(BTC);
   acts_.boundaries.assign(1, acts_.encoded);
   acts_.shared_att = nullptr;
-  const std::size_t k = segment_blocks();
-  if (policy_.kind == CheckpointPolicy::Kind::kNone || policy_.kind == CheckpointPolicy::Kind::kSelective) {
-    // No segments: every block keeps its slot.
-    acts_.blocks.resize(L);
-    for (auto& b : acts_.blocks) b = take(stage_.acts_count);
-    if (policy_.kind == CheckpointPolicy::Kind::kSelective) acts_.shared_att = take(att);
-    acts_.final_input = block_output(static_cast<int>(L) - 1);
-  } else {
-    for (std::size_t seg = 1; seg < (L + k - 1) / k; ++seg) acts_.boundaries.push_back(take(BTC));
-    acts_.final_input = take(BTC);
-    acts_.blocks.resize(k);
-    for (auto& b : acts_.blocks) b = take(stage_.acts_count);
-  }
-  acts_.lnf = take(BTC);
-  acts_.lnf_mean = take(BT);
-  acts_.lnf_rstd = take(BT);
-  acts_.probs = take(BT * V);
-  acts_.losses = take(BT);
-  SCALELAB_CHECK(p == act_buffer_.data() + act_buffer_.size(), "half activation layout does not add up");
+  // The fp32 model's layout (model/gpt.cpp), with half slots laid out like a staged block.
+  const int layers = static_cast<int>(L);
+  for (int seg = 1; seg < segment_count(policy_, layers); ++seg) acts_.boundaries.push_back(p.take(BTC));
+  if (has_segments(policy_)) acts_.final_input = p.take(BTC);
+  acts_.blocks.resize(static_cast<std::size_t>(activation_slots(policy_, layers)));
+  for (auto& b : acts_.blocks) b = p.take(stage_.acts_count);
+  if (policy_.kind == CheckpointPolicy::Kind::kSelective) acts_.shared_att = p.take(att);
+  if (!has_segments(policy_)) acts_.final_input = block_output(layers - 1);
+  carve_head_acts(acts_, p, p, B, T, static_cast<int>(C), static_cast<int>(V));
+  SCALELAB_CHECK(p.used_all(), "half activation layout does not add up");
 }
 
 double MixedPrecisionModel::forward(const int* tokens, const int* targets, int B, int T) {
@@ -205,7 +176,7 @@ double MixedPrecisionModel::forward(const int* tokens, const int* targets, int B
   widen_params(stage_.wpe, master_view_.wpe, static_cast<std::size_t>(config_.max_seq_len) * C);
   encoder_forward(stage_.x, tokens, stage_.wte, stage_.wpe, B, T, C);
   narrow(acts_.encoded, stage_.x, NC);
-  forward_blocks();
+  walk_blocks_forward(*this, policy_);
   // ln_f, then the tied LM head; the softmax and the loss run in fp32 on the half logits (as
   // autocast does), and the probabilities are saved in half.
   widen(stage_.x, acts_.final_input, NC);
@@ -253,43 +224,11 @@ void MixedPrecisionModel::backward(double loss_scale) {
   round(stage_.dres, NC);
   store_grads(master_view_.lnf_w, stage_.glnf_w, C);
   store_grads(master_view_.lnf_b, stage_.glnf_b, C);
-  backward_blocks();
+  walk_blocks_backward(*this, policy_);
   // The embeddings, then wte's and wpe's gradients rounded to half once.
   encoder_backward(stage_.gwte, stage_.gwpe, stage_.dres, tokens_.data(), B, T, C);
   store_grads(master_view_.wte, stage_.gwte, VC);
   store_grads(master_view_.wpe, stage_.gwpe, TC);
-}
-
-// The blocks under the checkpoint policy: without segments (none, selective) k = L and there is
-// one segment whose slots are the blocks themselves; with segments of k blocks only each
-// segment's input is kept and backward recomputes a segment before its blocks' backward.
-void MixedPrecisionModel::forward_blocks() {
-  const int L = config_.num_layers, k = segment_blocks();
-  const std::size_t NC = static_cast<std::size_t>(acts_.B) * acts_.T * config_.channels;
-  const std::uint16_t* x = acts_.encoded;
-  for (int l = 0; l < L; ++l) {
-    const int seg = l / k, slot = l % k;
-    if (slot == 0 && seg > 0) {  // keep the segment's input: its slot is about to be reused
-      std::memcpy(acts_.boundaries[seg], x, NC * sizeof(std::uint16_t));
-      x = acts_.boundaries[seg];
-    }
-    block_forward(l, slot, x);
-    x = block_output(slot);
-  }
-  if (x != acts_.final_input) std::memcpy(acts_.final_input, x, NC * sizeof(std::uint16_t));
-}
-
-void MixedPrecisionModel::backward_blocks() {
-  const int L = config_.num_layers, k = segment_blocks();
-  const int segments = (L + k - 1) / k;
-  for (int seg = segments - 1; seg >= 0; --seg) {
-    const int first = seg * k, last = std::min(L, first + k) - 1;
-    if (seg != segments - 1)  // the last segment is still in its slots from forward
-      for (int l = first; l <= last; ++l)
-        block_forward(l, l - first, l == first ? acts_.boundaries[seg] : block_output(l - first - 1));
-    for (int l = last; l >= first; --l)
-      block_backward(l, l - first, l == first ? acts_.boundaries[seg] : block_output(l - first - 1));
-  }
 }
 
 }  // namespace scalelab

@@ -23,6 +23,7 @@
 
 #include "core/memory.hpp"
 #include "model/block.hpp"
+#include "model/block_walk.hpp"
 #include "precision/half.hpp"
 #include "model/train_model.hpp"
 
@@ -46,7 +47,9 @@ struct HalfActivations {
   std::uint16_t* losses;                   // (B,T)
 };
 
-class MixedPrecisionModel final : public TrainModel {
+// The blocks run through the one walk of model/block_walk.cpp; the model is its BlockRunner
+// (privately: only forward and backward drive it), staging each block through fp32.
+class MixedPrecisionModel final : public TrainModel, private BlockRunner {
  public:
   // Allocates half parameters and gradients (zero) and the fp32 master weights (zero).
   MixedPrecisionModel(const GPTConfig& config, HalfFormat format, MemoryTracker* tracker);
@@ -106,17 +109,20 @@ class MixedPrecisionModel final : public TrainModel {
   void widen(float* out, const std::uint16_t* in, std::size_t n) const { half_to_float(out, in, n, format_); }
   void round(float* x, std::size_t n) const { round_to_half(x, n, format_); }
 
-  // Blocks (precision/mixed_block.cpp): stage block l's inputs from half storage, compute with
-  // rounding at every layer boundary, store the results back.
-  void block_forward(int l, int slot, const std::uint16_t* x);
-  void block_backward(int l, int slot, const std::uint16_t* x);
+  // BlockRunner (precision/mixed_block.cpp): stage block l's inputs from half storage, compute
+  // with rounding at every layer boundary, store the results back.
+  int num_blocks() const override { return config_.num_layers; }
+  void forward_block(int l, int slot, ActPlace x) override;
+  void backward_block(int l, int slot, ActPlace x) override;
+  void keep_boundary(int s, ActPlace x) override;
+  void store_output(ActPlace x) override;
+  void recompute_attention(int l, int slot) override;
   void block_forward_staged();
   void block_backward_staged();
   std::uint16_t* block_output(int slot) const { return acts_.blocks[slot] + stage_.residual3_offset; }
-  // All blocks under the checkpoint policy (precision/mixed_model.cpp).
-  void forward_blocks();
-  void backward_blocks();
-  int segment_blocks() const;
+  std::uint16_t* place(ActPlace x) const {
+    return x.kind == ActPlace::Kind::kBoundary ? acts_.boundaries[x.index] : block_output(x.index);
+  }
 
   GPTConfig config_;
   ParamLayout layout_;

@@ -7,6 +7,7 @@
 #include "core/error.hpp"
 #include "data/tokens.hpp"
 #include "io/safetensors.hpp"
+#include "model/batch_check.hpp"
 #include "train/single_device.hpp"
 
 namespace scalelab {
@@ -26,11 +27,7 @@ Trainer::Trainer(const TrainOptions& options, MemoryTracker* tracker, const Trai
 
   const std::vector<std::uint16_t> tokens =
       options_.data.empty() ? load_default_corpus() : load_tokens(options_.data);
-  for (std::size_t i = 0; i < tokens.size(); ++i)
-    require(tokens[i] < config.vocab_size, "data",
-            "token " + std::to_string(tokens[i]) + " at position " + std::to_string(i) +
-                " is outside the vocabulary of config '" + config.name + "' (V=" + std::to_string(config.vocab_size) + ")",
-            "use a data file tokenized for this vocabulary (text files give bytes: V >= 256)");
+  check_data_tokens(tokens.data(), tokens.size(), config);
   data_ = split_tokens(tokens, options_.val_fraction, T_);
   train_loader_ = std::make_unique<DataLoader>(&data_.train, options_.batch, T_, options_.seed + 1);
 
