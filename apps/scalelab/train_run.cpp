@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include <cstdlib>
+#include <filesystem>
 
 #include "comm/runtime.hpp"
 #include "core/error.hpp"
@@ -121,6 +122,8 @@ RunSummary run_training(const TrainOptions& options, const RunOutput& out, Commu
     std::string path = options.parallel.trace;
     const std::size_t dot = path.rfind(".json");
     path = (dot == std::string::npos ? path : path.substr(0, dot)) + ".rank" + std::to_string(rank) + ".json";
+    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    if (!dir.empty()) std::filesystem::create_directories(dir);
     timeline->write_chrome_trace(path, rank);
     if (out.progress) std::printf("%swrote the last step's timeline: %s (one file per rank)\n", out.label.c_str(), path.c_str());
   }
