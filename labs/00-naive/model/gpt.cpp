@@ -182,13 +182,7 @@ void GPTModel<F>::assign_activations(int B, int T) {
     for (auto& b : acts_.blocks) b.att = shared_att;
   }
   if (!has_segments(policy_)) acts_.final_input = acts_.blocks.back().residual3;
-  if (slice_.head) {
-    acts_.lnf = p.take(BTC);
-    acts_.lnf_mean = p.take(BT);
-    acts_.lnf_rstd = p.take(BT);
-    acts_.probs = p.take(BT * V);
-    acts_.losses = p.take(BT);
-  }
+  if (slice_.head) carve_head_acts(acts_, p, p, B, T, C, V);
   SCALELAB_CHECK(p.used_all(), "activation layout does not add up");
 }
 
