@@ -92,6 +92,7 @@ TEST_CASE("gather-save: tensors split by rows and columns across the ranks give 
   const std::vector<std::string> split_rows = {"transformer.h.1.attn.c_attn.weight", "transformer.ln_f.bias"};
   const std::string split_cols = "transformer.h.2.mlp.c_proj.weight";
   std::vector<std::vector<float>> parts;
+  parts.reserve(layout.tensors().size());  // no reallocation: `held` points into the parts
   std::vector<HeldTensor> held;
   for (const auto& t : layout.tensors()) {
     const bool rows = std::find(split_rows.begin(), split_rows.end(), t.name) != split_rows.end();
@@ -102,14 +103,7 @@ TEST_CASE("gather-save: tensors split by rows and columns across the ranks give 
     const TensorShard s = rows ? shard_rows(t, comm.rank(), comm.size()) : shard_cols(t, comm.rank(), comm.size());
     parts.emplace_back(s.numel());
     copy_shard_out(s, f.whole.params() + t.offset, parts.back().data());
-  }
-  // Pointers into `parts` only once it stops growing.
-  std::size_t next = 0;
-  for (const auto& t : layout.tensors()) {
-    const bool rows = std::find(split_rows.begin(), split_rows.end(), t.name) != split_rows.end();
-    if (!rows && t.name != split_cols) continue;
-    const TensorShard s = rows ? shard_rows(t, comm.rank(), comm.size()) : shard_cols(t, comm.rank(), comm.size());
-    held.push_back({s, parts[next++].data()});
+    held.push_back({s, parts.back().data()});
   }
   const std::string path = f.dir.file("gathered.safetensors");
   gather_and_save_weights(comm, path, f.config, held);
