@@ -1,7 +1,7 @@
-// Training checkpoints (stage 00; stage 03 adds the loss-scale fields; the lr schedule is optional): one safetensors file with
-// the flat parameters and both Adam moments as tensors, and everything else as decimal strings in
-// the metadata. Loading checks the format tag, every field, every tensor's size, and (for
-// resume) that the checkpoint's model shape is the run's.
+// Training checkpoints (stage 00; stage 03 adds the loss-scale fields; the lr schedule is
+// optional): one safetensors file with the flat parameters and both Adam moments as tensors, and
+// everything else as decimal strings in the metadata. Loading checks the format tag, every field,
+// every tensor's size, and (for resume) that the checkpoint's model shape is the run's.
 #include "io/checkpoint.hpp"
 
 #include <charconv>
@@ -77,7 +77,8 @@ void save_checkpoint(const std::string& path, const TrainCheckpoint& ckpt) {
       {"warmup_steps", std::to_string(ckpt.lr_schedule.warmup_steps)},
       {"decay_steps", std::to_string(ckpt.lr_schedule.decay_steps)},
       {"min_lr_fraction", double_string(ckpt.lr_schedule.min_lr_fraction)},
-      {"total_steps", std::to_string(ckpt.total_steps)}};
+      {"total_steps", std::to_string(ckpt.total_steps)},
+  };  // the trailing comma keeps clang-format's one-entry-per-line layout
   std::vector<TensorRef> tensors;
   for (int i = 0; i < 3; ++i) tensors.push_back({kTensors[i], "F32", {n}, parts[i]->data()});
   write_safetensors(path, tensors, md);

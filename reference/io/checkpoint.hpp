@@ -1,7 +1,7 @@
 // Full training-state checkpoints: everything needed to continue a run on the exact same
-// trajectory (parameters, both Adam moments, the step count, the data loader's position and
-// RNG state, the learning-rate schedule). Stored as a safetensors file: tensors "params", "adam.m", "adam.v" (flat F32) and
-// the rest as metadata, so any safetensors reader can inspect one.
+// trajectory (parameters, both Adam moments, the step count, the data loader's position and RNG
+// state, the learning-rate schedule). Stored as a safetensors file: tensors "params", "adam.m",
+// "adam.v" (flat F32) and the rest as metadata, so any safetensors reader can inspect one.
 #pragma once
 
 #include <cstdint>

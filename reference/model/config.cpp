@@ -71,32 +71,25 @@ void GPTConfig::validate() const {
           "choose a vocabulary that fits 16-bit tokens");
   require(max_seq_len >= 1 && max_seq_len <= kMaxSeqLen, "max_seq_len",
           "must be in [1, " + std::to_string(kMaxSeqLen) + "]", "set a sequence length in that range");
-  require(channels >= 1 && num_heads >= 1 && num_layers >= 1, "channels/num_heads/num_layers",
-          "must all be at least 1", "fix the model shape");
+  require(channels >= 1 && num_heads >= 1 && num_layers >= 1, "channels/num_heads/num_layers", "must all be at least 1",
+          "fix the model shape");
   require(channels <= kMaxChannels && num_layers <= kMaxLayers, "channels/num_layers",
           "must be at most " + std::to_string(kMaxChannels) + " and " + std::to_string(kMaxLayers),
           "fix the model shape");
   require(channels % num_heads == 0, "num_heads",
-          "channels (" + std::to_string(channels) + ") is not divisible by num_heads (" +
-              std::to_string(num_heads) + ")",
+          "channels (" + std::to_string(channels) + ") is not divisible by num_heads (" + std::to_string(num_heads) +
+              ")",
           "choose num_heads that divides channels");
 }
 
 GPTConfig gpt_config_by_name(const std::string& name) {
-  GPTConfig c;
-  c.name = name;
-  if (name == "tiny") {
-    c.vocab_size = 64; c.max_seq_len = 16; c.channels = 32; c.num_layers = 2; c.num_heads = 4;
-  } else if (name == "mini") {
-    c.vocab_size = 256; c.max_seq_len = 256; c.channels = 256; c.num_layers = 4; c.num_heads = 4;
-  } else if (name == "gpt2") {
-    c.vocab_size = 50257; c.max_seq_len = 1024; c.channels = 768; c.num_layers = 12; c.num_heads = 12;
-  } else {
-    std::string known;
-    for (const auto& n : gpt_config_names()) known += (known.empty() ? "" : ", ") + n;
-    throw ConfigError("config: unknown model config '" + name + "'; choose one of " + known);
-  }
-  return c;
+  // gpt_config_of_shape(V, T, C, L, NH, name)
+  if (name == "tiny") return gpt_config_of_shape(64, 16, 32, 2, 4, name);
+  if (name == "mini") return gpt_config_of_shape(256, 256, 256, 4, 4, name);
+  if (name == "gpt2") return gpt_config_of_shape(50257, 1024, 768, 12, 12, name);
+  std::string known;
+  for (const auto& n : gpt_config_names()) known += (known.empty() ? "" : ", ") + n;
+  throw ConfigError("config: unknown model config '" + name + "'; choose one of " + known);
 }
 
 std::vector<std::string> gpt_config_names() { return {"tiny", "mini", "gpt2"}; }

@@ -22,9 +22,8 @@ void validate_fields(const LrSchedule& s) {
   require(cosine || s.decay_steps == 0, "--decay-steps",
           "is " + std::to_string(s.decay_steps) + " but the constant schedule does not decay",
           "drop --decay-steps, or add --lr-schedule cosine");
-  require(std::isfinite(s.min_lr_fraction) && s.min_lr_fraction >= 0 && s.min_lr_fraction <= 1,
-          "--min-lr-fraction", "must be in [0, 1] (the floor as a fraction of the peak lr), got " +
-                                   std::to_string(s.min_lr_fraction),
+  require(std::isfinite(s.min_lr_fraction) && s.min_lr_fraction >= 0 && s.min_lr_fraction <= 1, "--min-lr-fraction",
+          "must be in [0, 1] (the floor as a fraction of the peak lr), got " + std::to_string(s.min_lr_fraction),
           "pass e.g. 0.1 (nanoGPT's and llm.c's choice) or 0 to decay to zero");
 }
 
@@ -44,8 +43,8 @@ double LrSchedule::lr_at(double peak_lr, long step, long total_steps) const {
 
 void LrSchedule::validate(long total_steps) const {
   validate_fields(*this);
-  require(total_steps >= 1, "--steps", "the schedule needs a run of at least 1 step, got " + std::to_string(total_steps),
-          "pass a positive --steps");
+  require(total_steps >= 1, "--steps",
+          "the schedule needs a run of at least 1 step, got " + std::to_string(total_steps), "pass a positive --steps");
   const long D = decay_length(total_steps);
   if (kind == Kind::kCosine) {
     require(warmup_steps <= D, "--warmup-steps",

@@ -13,8 +13,9 @@ namespace {
 
 // The five dimensions as one string, so a failure shows the whole shape that came out.
 std::string dims(const GPTConfig& c) {
-  return "V=" + std::to_string(c.vocab_size) + " T=" + std::to_string(c.max_seq_len) + " C=" +
-         std::to_string(c.channels) + " L=" + std::to_string(c.num_layers) + " NH=" + std::to_string(c.num_heads);
+  return "V=" + std::to_string(c.vocab_size) + " T=" + std::to_string(c.max_seq_len) +
+         " C=" + std::to_string(c.channels) + " L=" + std::to_string(c.num_layers) +
+         " NH=" + std::to_string(c.num_heads);
 }
 
 std::string error_of(const std::string& name, const ShapeOverrides& o) {
@@ -74,13 +75,15 @@ TEST_CASE("gpt_config_of_shape builds and validates a shape of its own", "[confi
   CHECK(dims(c) == "V=11 T=6 C=8 L=2 NH=2");
   CHECK(c.name == "custom[V=11,T=6,C=8,L=2,NH=2]");
   CHECK(gpt_config_of_shape(64, 16, 32, 2, 4, "test").name == "test");
-  CHECK_THROWS_WITH(gpt_config_of_shape(11, 6, 8, 2, 3),
-                    "num_heads: channels (8) is not divisible by num_heads (3); choose num_heads that divides channels");
+  CHECK_THROWS_WITH(
+      gpt_config_of_shape(11, 6, 8, 2, 3),
+      "num_heads: channels (8) is not divisible by num_heads (3); choose num_heads that divides channels");
 }
 
 TEST_CASE("shape override errors name the flag, the limit and the fix", "[config]") {
-  CHECK(error_of("mini", {.vocab_size = -1}) ==
-        "--vocab-size: must be positive, got -1; pass a positive value, or leave the flag out to keep config mini's 256");
+  CHECK(
+      error_of("mini", {.vocab_size = -1}) ==
+      "--vocab-size: must be positive, got -1; pass a positive value, or leave the flag out to keep config mini's 256");
   CHECK(error_of("mini", {.vocab_size = 1}) ==
         "--vocab-size: must be in [2, 65536] (tokens are uint16), got 1; choose a value in that range");
   CHECK(error_of("mini", {.vocab_size = 65537}) ==

@@ -53,15 +53,15 @@ TEST_CASE("cosine with warm-up: warm-up start and end, mid-decay, end of decay, 
   check_lr(s, 60, 110, 5.5e-4);  // half way: the mean of peak and floor
   // the last step of the run, 99/100 of the way: 1e-4 + 9e-4 * (1 - cos(pi/100)) / 2
   check_lr(s, 109, 110, 1.0022204783542078e-4);
-  check_lr(s, 110, 110, 1e-4);   // the end of the decay: the floor
-  check_lr(s, 500, 110, 1e-4);   // past the end: still the floor
+  check_lr(s, 110, 110, 1e-4);  // the end of the decay: the floor
+  check_lr(s, 500, 110, 1e-4);  // past the end: still the floor
 }
 
 TEST_CASE("cosine: --decay-steps sets the end independently of the run's length", "[lr_schedule]") {
   const LrSchedule s = cosine(0, 20, 0.0);
   s.validate(100);
-  check_lr(s, 0, 100, 1e-3);      // no warm-up: the peak at once
-  check_lr(s, 10, 100, 5e-4);     // half of 20 steps: half of the peak (floor 0)
+  check_lr(s, 0, 100, 1e-3);             // no warm-up: the peak at once
+  check_lr(s, 10, 100, 5e-4);            // half of 20 steps: half of the peak (floor 0)
   CHECK(s.lr_at(1e-3, 20, 100) == 0.0);  // floor 0 from step 20 on, although the run is 100 steps
   CHECK(s.lr_at(1e-3, 99, 100) == 0.0);
   // A decay as long as the warm-up: straight from the peak to the floor.
