@@ -126,8 +126,8 @@ void BM_matmul_backward(benchmark::State& st) {
   std::vector<float> dx(x.size()), dw(w.size()), db(OC);
   const bool bias = st.range(0) != 4;
   for (auto _ : st) {
-    scalelab::matmul_backward(dx.data(), dw.data(), bias ? db.data() : nullptr, dout.data(), x.data(), w.data(), kN,
-                              C, OC);
+    scalelab::matmul_backward(dx.data(), dw.data(), bias ? db.data() : nullptr, dout.data(), x.data(), w.data(), kN, C,
+                              OC);
     benchmark::ClobberMemory();
   }
   set_flops(st, 4.0 * kN * C * OC);
@@ -266,8 +266,8 @@ void run_elementwise(benchmark::State& st, Fast fast) {
     for (std::size_t i = 0; i < n; ++i) y[i] = fast(x[i]);
     benchmark::ClobberMemory();
   }
-  st.counters["ns_per_value"] =
-      benchmark::Counter(1e-9 * n, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  st.counters["ns_per_value"] = benchmark::Counter(1e-9 * n, benchmark::Counter::kIsIterationInvariantRate |
+                                                                 benchmark::Counter::kInvert);
 }
 void BM_fast_exp(benchmark::State& st) {
   run_elementwise(st, [](float v) { return scalelab::fast_exp(v); });
@@ -275,14 +275,18 @@ void BM_fast_exp(benchmark::State& st) {
       max_ulp_error([](float v) { return scalelab::fast_exp(v); }, [](double v) { return std::exp(v); });
   st.counters["max_ulp"] = worst;
 }
-void BM_std_exp(benchmark::State& st) { run_elementwise(st, [](float v) { return std::exp(v); }); }
+void BM_std_exp(benchmark::State& st) {
+  run_elementwise(st, [](float v) { return std::exp(v); });
+}
 void BM_fast_tanh(benchmark::State& st) {
   run_elementwise(st, [](float v) { return scalelab::fast_tanh(v); });
-  static const double worst =
-      max_ulp_error([](float v) { return scalelab::fast_tanh(v); }, [](double v) { return std::tanh(v); });
+  static const double worst = max_ulp_error([](float v) { return scalelab::fast_tanh(v); },
+                                            [](double v) { return std::tanh(v); });
   st.counters["max_ulp"] = worst;
 }
-void BM_std_tanh(benchmark::State& st) { run_elementwise(st, [](float v) { return std::tanh(v); }); }
+void BM_std_tanh(benchmark::State& st) {
+  run_elementwise(st, [](float v) { return std::tanh(v); });
+}
 
 }  // namespace
 

@@ -35,9 +35,12 @@ struct StepOptions {
 // Reads our --NAME VALUE flags and leaves everything else (the --benchmark_* flags) in argv.
 StepOptions parse_step_options(int* argc, char** argv) {
   StepOptions o;
-  struct Flag { const char* name; int* value; };
-  const Flag flags[] = {{"--V", &o.V}, {"--T", &o.T}, {"--C", &o.C}, {"--L", &o.L}, {"--H", &o.H},
-                        {"--B", &o.B}, {"--steps", &o.steps}, {"--threads", &o.threads}};
+  struct Flag {
+    const char* name;
+    int* value;
+  };
+  const Flag flags[] = {{"--V", &o.V}, {"--T", &o.T}, {"--C", &o.C},         {"--L", &o.L},
+                        {"--H", &o.H}, {"--B", &o.B}, {"--steps", &o.steps}, {"--threads", &o.threads}};
   int kept = 1;
   for (int i = 1; i < *argc; ++i) {
     bool ours = false;
@@ -99,27 +102,30 @@ int main(int argc, char** argv) {
   const std::string name = "train_step/V" + std::to_string(o.V) + "_T" + std::to_string(o.T) + "_C" +
                            std::to_string(o.C) + "_L" + std::to_string(o.L) + "_H" + std::to_string(o.H) + "_B" +
                            std::to_string(o.B) + "_threads" + std::to_string(o.threads);
-  benchmark::RegisterBenchmark(name.c_str(), [&](benchmark::State& st) {
-    if (!state.warm) {  // two untimed warm-up steps, like the peer
-      for (int i = 0; i < 2; ++i) train_step(state, o.B, o.T);
-      state.warm = true;
-    }
-    scalelab::bench::reset_sgemm_totals();
-    const auto t0 = std::chrono::steady_clock::now();
-    for (auto _ : st) train_step(state, o.B, o.T);
-    const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    // The step's matrix products alone: their share of the step, their speed, and the tokens/s
-    // of a step that spent no time anywhere else (the bound that a faster rest cannot pass).
-    const scalelab::bench::SgemmTotals g = scalelab::bench::sgemm_totals();
-    st.counters["sgemm_calls"] = static_cast<double>(g.calls);
-    st.counters["sgemm_ms"] = 1e3 * g.seconds;
-    st.counters["sgemm_share"] = step_s > 0 ? g.seconds / step_s : 0;
-    st.counters["sgemm_GFLOP_per_s"] = g.seconds > 0 ? g.flops * 1e-9 / g.seconds : 0;
-    st.counters["sgemm_bound_tokens_per_s"] = g.seconds > 0 ? static_cast<double>(BT) / g.seconds : 0;
-    st.counters["params"] = P;
-    st.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(BT), benchmark::Counter::kIsIterationInvariantRate);
-    st.counters["GFLOP_per_s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  })
+  benchmark::RegisterBenchmark(
+      name.c_str(),
+      [&](benchmark::State& st) {
+        if (!state.warm) {  // two untimed warm-up steps, like the peer
+          for (int i = 0; i < 2; ++i) train_step(state, o.B, o.T);
+          state.warm = true;
+        }
+        scalelab::bench::reset_sgemm_totals();
+        const auto t0 = std::chrono::steady_clock::now();
+        for (auto _ : st) train_step(state, o.B, o.T);
+        const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        // The step's matrix products alone: their share of the step, their speed, and the tokens/s
+        // of a step that spent no time anywhere else (the bound that a faster rest cannot pass).
+        const scalelab::bench::SgemmTotals g = scalelab::bench::sgemm_totals();
+        st.counters["sgemm_calls"] = static_cast<double>(g.calls);
+        st.counters["sgemm_ms"] = 1e3 * g.seconds;
+        st.counters["sgemm_share"] = step_s > 0 ? g.seconds / step_s : 0;
+        st.counters["sgemm_GFLOP_per_s"] = g.seconds > 0 ? g.flops * 1e-9 / g.seconds : 0;
+        st.counters["sgemm_bound_tokens_per_s"] = g.seconds > 0 ? static_cast<double>(BT) / g.seconds : 0;
+        st.counters["params"] = P;
+        st.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(BT),
+                                                         benchmark::Counter::kIsIterationInvariantRate);
+        st.counters["GFLOP_per_s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+      })
       ->Iterations(1)
       ->Repetitions(o.steps)
       ->UseRealTime()

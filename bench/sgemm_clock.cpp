@@ -14,9 +14,9 @@ namespace {
 // The running totals. A benchmark-only accumulator (one thread), not configuration.
 SgemmTotals totals;
 
-using SgemmFn = void (*)(const enum CBLAS_ORDER, const enum CBLAS_TRANSPOSE, const enum CBLAS_TRANSPOSE,
-                         const blasint, const blasint, const blasint, const float, const float*, const blasint,
-                         const float*, const blasint, const float, float*, const blasint);
+using SgemmFn = void (*)(const enum CBLAS_ORDER, const enum CBLAS_TRANSPOSE, const enum CBLAS_TRANSPOSE, const blasint,
+                         const blasint, const blasint, const float, const float*, const blasint, const float*,
+                         const blasint, const float, float*, const blasint);
 
 // OpenBLAS's cblas_sgemm: the next definition after ours in the lookup order.
 SgemmFn real_sgemm() {

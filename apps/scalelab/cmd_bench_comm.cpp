@@ -115,11 +115,11 @@ struct SizeResult {
   }
 };
 
-void print_header(BenchOp op, const std::vector<BenchImpl>& impls, const Communicator& world,
-                  const BenchSettings& s) {
-  std::printf("#\n# %s, %d ranks (%s), float, in place, %d iterations after %d warm-up; ring pieces of %zu B, "
-              "window %d\n",
-              bench_op_name(op), world.size(), world.backend(), s.iters, s.warmup, s.ring.chunk_bytes, s.ring.window);
+void print_header(BenchOp op, const std::vector<BenchImpl>& impls, const Communicator& world, const BenchSettings& s) {
+  std::printf(
+      "#\n# %s, %d ranks (%s), float, in place, %d iterations after %d warm-up; ring pieces of %zu B, "
+      "window %d\n",
+      bench_op_name(op), world.size(), world.backend(), s.iters, s.warmup, s.ring.chunk_bytes, s.ring.window);
   std::printf("# time: max over ranks of the mean per iteration; algbw = size/time; busbw = algbw * %s\n#\n",
               op == BenchOp::kAllReduce ? "2(n-1)/n" : "(n-1)/n");
   std::printf("# %12s %12s %6s %6s", "", "", "", "");
@@ -140,8 +140,10 @@ void print_row(const SizeResult& r) {
     std::printf("   %9.2f %7.2f %7.2f %6llu", row.seconds * 1e6, row.algbw, row.busbw,
                 static_cast<unsigned long long>(row.wrong));
   if (r.rows.size() == 2) {
-    if (const auto ratio = r.ratio()) std::printf("   %6.2fx", *ratio);
-    else std::printf("   %7s", "n/a");
+    if (const auto ratio = r.ratio())
+      std::printf("   %6.2fx", *ratio);
+    else
+      std::printf("   %7s", "n/a");
   }
   std::printf("\n");
   std::fflush(stdout);
@@ -161,14 +163,23 @@ nlohmann::json summarise(BenchOp op, const std::vector<SizeResult>& results) {
   const double median = m % 2 ? ratios[m / 2] : (ratios[m / 2 - 1] + ratios[m / 2]) / 2;
   std::printf("# %s: busbw ring/builtin at sizes >= 1 MiB: min %.2fx, median %.2fx (%zu sizes)\n", bench_op_name(op),
               ratios.front(), median, m);
-  return {{"op", bench_op_name(op)}, {"min_bytes", kSummaryMinBytes}, {"sizes", m}, {"min", ratios.front()},
+  return {{"op", bench_op_name(op)},
+          {"min_bytes", kSummaryMinBytes},
+          {"sizes", m},
+          {"min", ratios.front()},
           {"median", median}};
 }
 
 nlohmann::json row_json(const BenchRow& r) {
-  return {{"op", bench_op_name(r.op)}, {"impl", bench_impl_name(r.impl)}, {"size_bytes", r.bytes},
-          {"count", r.count},          {"type", "float"},                 {"redop", bench_redop_name(r.op)},
-          {"time_us", r.seconds * 1e6}, {"algbw_gbs", r.algbw},           {"busbw_gbs", r.busbw},
+  return {{"op", bench_op_name(r.op)},
+          {"impl", bench_impl_name(r.impl)},
+          {"size_bytes", r.bytes},
+          {"count", r.count},
+          {"type", "float"},
+          {"redop", bench_redop_name(r.op)},
+          {"time_us", r.seconds * 1e6},
+          {"algbw_gbs", r.algbw},
+          {"busbw_gbs", r.busbw},
           {"wrong", r.wrong}};
 }
 
@@ -218,13 +229,18 @@ std::uint64_t run_sweep(Communicator& world, const BenchPlan& plan, const std::s
   if (printer) {
     std::printf("# wrong elements: %llu%s\n", static_cast<unsigned long long>(wrong), wrong ? "  FAILED" : "  OK");
     if (json_file.is_open()) {
-      const nlohmann::json out = {
-          {"ranks", world.size()},           {"backend", world.backend()},
-          {"host", host_name()},             {"date_utc", utc_now()},
-          {"dtype", "float"},                {"in_place", true},
-          {"iters", plan.settings.iters},    {"warmup", plan.settings.warmup},
-          {"ring_chunk_bytes", plan.settings.ring.chunk_bytes}, {"ring_window", plan.settings.ring.window},
-          {"rows", rows},                    {"summary", summary}};
+      const nlohmann::json out = {{"ranks", world.size()},
+                                  {"backend", world.backend()},
+                                  {"host", host_name()},
+                                  {"date_utc", utc_now()},
+                                  {"dtype", "float"},
+                                  {"in_place", true},
+                                  {"iters", plan.settings.iters},
+                                  {"warmup", plan.settings.warmup},
+                                  {"ring_chunk_bytes", plan.settings.ring.chunk_bytes},
+                                  {"ring_window", plan.settings.ring.window},
+                                  {"rows", rows},
+                                  {"summary", summary}};
       json_file << out.dump(1) << "\n";
       require(json_file.good(), "--json", "writing '" + json_path + "' failed", "check the disk and the path");
       std::printf("# wrote %s\n", json_path.c_str());
@@ -241,9 +257,11 @@ void add_bench_comm_command(CLI::App& bench) {
       "comm", "Collective bandwidth, nccl-tests style: our ring vs the built-in (run under mpirun -np N)");
   const auto sizes = CLI::AsSizeValue(false);  // 8, 64K, 256M: K, M, G are powers of 1024
   cmd->add_option("--min-bytes", f->min_bytes, "Smallest message, whole buffer (B; K/M/G suffixes)")
-      ->transform(sizes)->capture_default_str();
+      ->transform(sizes)
+      ->capture_default_str();
   cmd->add_option("--max-bytes", f->max_bytes, "Largest message, whole buffer (B; K/M/G suffixes)")
-      ->transform(sizes)->capture_default_str();
+      ->transform(sizes)
+      ->capture_default_str();
   cmd->add_option("--step-factor", f->step_factor, "Each size is the previous times this")->capture_default_str();
   cmd->add_option("--iters", f->iters, "Timed iterations per size")->capture_default_str();
   cmd->add_option("--warmup", f->warmup, "Untimed iterations before them")->capture_default_str();
@@ -252,7 +270,8 @@ void add_bench_comm_command(CLI::App& bench) {
   cmd->add_option("--dtype", f->dtype, "Element type (float)")->capture_default_str();
   cmd->add_option("--backend", f->backend, "auto, local or mpi")->capture_default_str();
   cmd->add_option("--chunk-bytes", f->chunk_bytes, "Ring: largest message (piece) in bytes")
-      ->transform(sizes)->capture_default_str();
+      ->transform(sizes)
+      ->capture_default_str();
   cmd->add_option("--window", f->window, "Ring: receives in flight ahead")->capture_default_str();
   cmd->add_option("--json", f->json, "Write every row and the run's metadata here (rank 0)");
   cmd->callback([f] {

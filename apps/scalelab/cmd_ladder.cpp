@@ -1,20 +1,21 @@
 // `scalelab ladder`: every stage on one config, same seed, same data, side by side. Each row is a
 // full training run; the table shows what the technique changed (the loss, within what
 // difference from stage 00) and what it cost or saved (memory by category, tokens/s).
+#include <unistd.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
-#include <cstdlib>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
 #include "core/error.hpp"
+#include "core/stats.hpp"
 #include "io/process.hpp"
 #include "train_options.hpp"
 #include "train_run.hpp"
@@ -38,8 +39,7 @@ std::vector<Rung> all_rungs(int accum, int ranks) {
       {"00", "naive", 1, [](TrainOptions&) {}},
       {"01", "grad-accum x" + k, 1, [accum](TrainOptions& o) { o.grad_accum = accum; }},
       {"02", "checkpoint sqrt(L)", 1, [](TrainOptions& o) { o.checkpoint = CheckpointPolicy::parse("sqrt"); }},
-      {"02", "checkpoint selective", 1,
-       [](TrainOptions& o) { o.checkpoint = CheckpointPolicy::parse("selective"); }},
+      {"02", "checkpoint selective", 1, [](TrainOptions& o) { o.checkpoint = CheckpointPolicy::parse("selective"); }},
       {"03", "bf16", 1, [](TrainOptions& o) { o.precision = "bf16"; }},
       {"03", "fp16 + loss scaler", 1, [](TrainOptions& o) { o.precision = "fp16"; }},
       {"01-03", "accum+sqrt+bf16", 1,
@@ -58,12 +58,6 @@ std::vector<Rung> all_rungs(int accum, int ranks) {
 }
 
 double mib(std::size_t bytes) { return bytes / 1048576.0; }
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // A rung in this process: its row from the run's summary.
 nlohmann::json run_in_process(const TrainOptions& o, const RunOutput& progress) {
@@ -86,9 +80,16 @@ nlohmann::json run_with_mpirun(TrainOptions o, int ranks, int log_every, const s
   o.metrics = files + ".jsonl";
   const std::string options_path = files + ".options.json";
   write_options_file(options_path, o);
-  const std::vector<std::string> argv = {"mpirun", "--oversubscribe", "-np", std::to_string(ranks),
-                                         std::filesystem::read_symlink("/proc/self/exe").string(), "train",
-                                         "--options-file", options_path, "--log-every", std::to_string(log_every)};
+  const std::vector<std::string> argv = {"mpirun",
+                                         "--oversubscribe",
+                                         "-np",
+                                         std::to_string(ranks),
+                                         std::filesystem::read_symlink("/proc/self/exe").string(),
+                                         "train",
+                                         "--options-file",
+                                         options_path,
+                                         "--log-every",
+                                         std::to_string(log_every)};
   std::string command;
   for (const std::string& a : argv) command += (command.empty() ? "" : " ") + a;
   std::fflush(stdout);
@@ -168,8 +169,9 @@ void add_ladder_command(CLI::App& app) {
       setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
       setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
     }
-    const std::string files_base = json_path->empty() ? std::string("out/ladder")
-                                                      : std::filesystem::path(*json_path).replace_extension("").string();
+    const std::string files_base = json_path->empty()
+                                       ? std::string("out/ladder")
+                                       : std::filesystem::path(*json_path).replace_extension("").string();
 
     nlohmann::json out = nlohmann::json::array();
     std::vector<double> baseline;  // stage 00's loss curve
@@ -211,16 +213,18 @@ void add_ladder_command(CLI::App& app) {
       out.push_back(row);
     }
 
-    std::printf("\n%-6s %-22s %8s %8s %10s %8s %8s %8s %8s %9s %8s\n", "stage", "technique", "loss", "val",
-                "|dloss|00", "params", "grads", "optim", "acts", "workspace", "tok/s");
+    std::printf("\n%-6s %-22s %8s %8s %10s %8s %8s %8s %8s %9s %8s\n", "stage", "technique", "loss", "val", "|dloss|00",
+                "params", "grads", "optim", "acts", "workspace", "tok/s");
     std::printf("%-6s %-22s %8s %8s %10s %8s %8s %8s %8s %9s %8s\n", "", "", "", "", "max", "MiB", "MiB", "MiB", "MiB",
                 "MiB", "");
     for (const auto& row : out) {
       const auto& pb = row["peak_bytes"];
       const auto& d = row["max_loss_diff_vs_00"];
       char diff[32];
-      if (d.is_null()) std::snprintf(diff, sizeof diff, "%10s", "-");
-      else std::snprintf(diff, sizeof diff, "%10.2e", d.get<double>());
+      if (d.is_null())
+        std::snprintf(diff, sizeof diff, "%10s", "-");
+      else
+        std::snprintf(diff, sizeof diff, "%10.2e", d.get<double>());
       std::printf("%-6s %-22s %8.4f %8.4f %s %8.2f %8.2f %8.2f %8.2f %9.2f %8.0f\n",
                   row["stage"].get<std::string>().c_str(), row["name"].get<std::string>().c_str(),
                   row["final_loss"].get<double>(), row["val_loss"].get<double>(), diff,
@@ -230,10 +234,11 @@ void add_ladder_command(CLI::App& app) {
     }
     for (const auto& row : out)
       if (row.contains("comm_hidden_fraction"))
-        std::printf("stage %s: each rank sent %.1f MB per step in its all-reduces; %.0f%% of the all-reduce time was "
-                    "hidden behind backward (timeline: scalelab train --ddp bucketed --trace out/trace.json)\n",
-                    row["stage"].get<std::string>().c_str(), row["comm_bytes_per_step"].get<double>() / 1e6,
-                    100 * row["comm_hidden_fraction"].get<double>());
+        std::printf(
+            "stage %s: each rank sent %.1f MB per step in its all-reduces; %.0f%% of the all-reduce time was "
+            "hidden behind backward (timeline: scalelab train --ddp bucketed --trace out/trace.json)\n",
+            row["stage"].get<std::string>().c_str(), row["comm_bytes_per_step"].get<double>() / 1e6,
+            100 * row["comm_hidden_fraction"].get<double>());
     if (!json_path->empty()) {
       const std::filesystem::path p(*json_path);
       if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());

@@ -11,7 +11,8 @@ namespace scalelab::cli {
 void add_train_command(CLI::App& app) {
   auto flags = std::make_shared<TrainFlags>();
   auto log_every = std::make_shared<int>(10);
-  CLI::App* cmd = app.add_subcommand("train", "Train a GPT on the CPU or a GPU (any combination of the stage features)");
+  CLI::App* cmd = app.add_subcommand("train",
+                                     "Train a GPT on the CPU or a GPU (any combination of the stage features)");
   add_train_flags(cmd, *flags, /*parallel=*/true);
   cmd->add_option("--log-every", *log_every, "Steps between progress lines")->capture_default_str();
   cmd->callback([=] {

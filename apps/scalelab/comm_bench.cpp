@@ -79,8 +79,7 @@ std::uint64_t count_wrong(BenchOp op, const Communicator& comm, const float* dat
 }
 
 // One call, in place: reduce-scatter leaves block r at its own offset, all-gather starts there.
-void run_once(Communicator& comm, BenchOp op, BenchImpl impl, float* data, std::size_t count,
-              const RingOptions& ring) {
+void run_once(Communicator& comm, BenchOp op, BenchImpl impl, float* data, std::size_t count, const RingOptions& ring) {
   const std::size_t mine = comm.partition(count).offset(comm.rank());
   if (impl == BenchImpl::kRing) {
     if (op == BenchOp::kAllReduce) ring_all_reduce(comm, data, count, ring);

@@ -25,7 +25,7 @@ namespace scalelab::cli {
 enum class BenchOp { kAllReduce, kReduceScatter, kAllGather };
 enum class BenchImpl { kRing, kBuiltin };
 
-const char* bench_op_name(BenchOp op);      // "all_reduce", "reduce_scatter", "all_gather"
+const char* bench_op_name(BenchOp op);        // "all_reduce", "reduce_scatter", "all_gather"
 const char* bench_impl_name(BenchImpl impl);  // "ring", "builtin"
 // nccl-tests' "redop" column: "sum", or "none" for all-gather.
 const char* bench_redop_name(BenchOp op);
@@ -33,19 +33,19 @@ const char* bench_redop_name(BenchOp op);
 double bus_factor(BenchOp op, int ranks);
 
 struct BenchSettings {
-  int iters = 20;   // timed calls per size
-  int warmup = 5;   // untimed calls before them (first-touch, MPI's connection setup)
+  int iters = 20;    // timed calls per size
+  int warmup = 5;    // untimed calls before them (first-touch, MPI's connection setup)
   RingOptions ring;  // the ring's piece size and window
 };
 
 struct BenchRow {
   BenchOp op = BenchOp::kAllReduce;
   BenchImpl impl = BenchImpl::kRing;
-  std::size_t bytes = 0;   // S: count * sizeof(float)
-  std::size_t count = 0;   // elements in the whole buffer
-  double seconds = 0;      // per iteration, max over ranks
-  double algbw = 0;        // GB/s (1e9 bytes per second)
-  double busbw = 0;        // GB/s
+  std::size_t bytes = 0;    // S: count * sizeof(float)
+  std::size_t count = 0;    // elements in the whole buffer
+  double seconds = 0;       // per iteration, max over ranks
+  double algbw = 0;         // GB/s (1e9 bytes per second)
+  double busbw = 0;         // GB/s
   std::uint64_t wrong = 0;  // summed over ranks
 };
 

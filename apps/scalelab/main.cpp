@@ -17,7 +17,8 @@ int main(int argc, char** argv) {
   scalelab::cli::add_train_command(app);
   scalelab::cli::add_ladder_command(app);
   scalelab::cli::add_tokenize_command(app);
-  scalelab::cli::add_bench_comm_command(*app.add_subcommand("bench", "Measure one part on its own")->require_subcommand(1));
+  scalelab::cli::add_bench_comm_command(
+      *app.add_subcommand("bench", "Measure one part on its own")->require_subcommand(1));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -12,7 +12,8 @@ namespace scalelab::cli {
 TrainOptions TrainFlags::finish() const {
   if (!options_file.empty()) {
     for (const CLI::Option* f : option_flags)
-      require(f->count() == 0, "options_file", "--options-file gives every option, and " + f->get_name() + " was given too",
+      require(f->count() == 0, "options_file",
+              "--options-file gives every option, and " + f->get_name() + " was given too",
               "put the value in the file, or drop --options-file");
     std::ifstream in(options_file);
     require(static_cast<bool>(in), "options_file", "cannot read '" + options_file + "'", "pass an existing file");
@@ -51,7 +52,8 @@ void add_train_flags(CLI::App* cmd, TrainFlags& f, bool parallel) {
   auto add = [&](CLI::Option* opt) { all.push_back(opt->capture_default_str()); };
   add(cmd->add_option("--config", o.config, "Model config: tiny, mini or gpt2"));
   add(cmd->add_option("--vocab-size", o.shape.vocab_size, "Model shape: vocabulary V (0: the config's)"));
-  add(cmd->add_option("--context", o.shape.max_seq_len, "Model shape: context length, the longest T (0: the config's)"));
+  add(cmd->add_option("--context", o.shape.max_seq_len,
+                      "Model shape: context length, the longest T (0: the config's)"));
   add(cmd->add_option("--channels", o.shape.channels, "Model shape: width C (0: the config's)"));
   add(cmd->add_option("--layers", o.shape.num_layers, "Model shape: depth L (0: the config's)"));
   add(cmd->add_option("--heads", o.shape.num_heads, "Model shape: attention heads NH (0: the config's)"));
@@ -102,8 +104,9 @@ void add_train_flags(CLI::App* cmd, TrainFlags& f, bool parallel) {
   add(cmd->add_option("--allreduce", p.allreduce, "Stage 04: builtin (the backend's) or ring (ours)"));
   add(cmd->add_option("--bucket-mb", p.bucket_mb, "Stage 04: bucket size in MiB"));
   add(cmd->add_option("--first-bucket-mb", p.first_bucket_mb, "Stage 04: first bucket size in MiB"));
-  add(cmd->add_option("--backend", p.backend,
-                      "auto (mpi under mpirun, else local), local, mpi or nccl (--device cuda: GPU gradients over NCCL)"));
+  add(cmd->add_option(
+      "--backend", p.backend,
+      "auto (mpi under mpirun, else local), local, mpi or nccl (--device cuda: GPU gradients over NCCL)"));
   add(cmd->add_option("--trace", p.trace, "Write the last step's timeline (Chrome trace) here, one file per rank"));
 }
 

@@ -11,9 +11,9 @@ namespace scalelab::cli {
 
 struct TrainFlags {
   TrainOptions options;
-  std::string checkpoint = "none";  // parsed into options.checkpoint by finish()
-  std::string lr_schedule = "constant";  // parsed into options.lr_schedule.kind by finish()
-  std::string options_file;         // --options-file: every option from a JSON file instead
+  std::string checkpoint = "none";         // parsed into options.checkpoint by finish()
+  std::string lr_schedule = "constant";    // parsed into options.lr_schedule.kind by finish()
+  std::string options_file;                // --options-file: every option from a JSON file instead
   std::vector<CLI::Option*> option_flags;  // the flags that set a field of options
   // Turns the text flags into options (or reads the options file); throws ConfigError for bad
   // values, and for an options file given together with any other training flag.

@@ -9,6 +9,7 @@
 
 #include "comm/runtime.hpp"
 #include "core/error.hpp"
+#include "core/stats.hpp"
 #include "device_models.hpp"
 #include "dist/timeline.hpp"
 #include "parallel/strategy_factory.hpp"
@@ -17,11 +18,6 @@
 namespace scalelab::cli {
 
 namespace {
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // --backend auto: MPI when an MPI launcher started this process (mpirun sets these), so that a
 // plain `scalelab train` needs no MPI at all; nccl starts and reports over MPI too.
@@ -57,14 +53,15 @@ RunSummary run_training(const TrainOptions& options, const RunOutput& out, Commu
   summary.num_params = trainer.model().num_params();
   const GPTConfig& c = trainer.model().config();
   if (out.progress)
-    std::printf("%sconfig %s (V=%d T=%d C=%d L=%d NH=%d), %zu parameters, batch %d x %d tokens, %s, grad-accum %d, "
-                "checkpoint %s, device %s\n",
-                out.label.c_str(), c.name.c_str(), c.vocab_size, trainer.seq_len(), c.channels, c.num_layers,
-                c.num_heads, summary.num_params, options.batch, trainer.seq_len(), options.precision.c_str(),
-                options.grad_accum, options.checkpoint.describe().c_str(), device_label(options.device).c_str());
+    std::printf(
+        "%sconfig %s (V=%d T=%d C=%d L=%d NH=%d), %zu parameters, batch %d x %d tokens, %s, grad-accum %d, "
+        "checkpoint %s, device %s\n",
+        out.label.c_str(), c.name.c_str(), c.vocab_size, trainer.seq_len(), c.channels, c.num_layers, c.num_heads,
+        summary.num_params, options.batch, trainer.seq_len(), options.precision.c_str(), options.grad_accum,
+        options.checkpoint.describe().c_str(), device_label(options.device).c_str());
   if (out.progress && !(trainer.lr_schedule() == LrSchedule{}))
     std::printf("%slr schedule: %s, peak %g\n", out.label.c_str(),
-                  trainer.lr_schedule().describe(trainer.schedule_steps()).c_str(), options.adamw.lr);
+                trainer.lr_schedule().describe(trainer.schedule_steps()).c_str(), options.adamw.lr);
   if (parallel && out.progress) std::printf("%s%s\n", out.label.c_str(), trainer.strategy().describe().c_str());
   std::vector<double> rates, hidden, comm_bytes;
   const long first = trainer.steps_done();
@@ -76,9 +73,14 @@ RunSummary run_training(const TrainOptions& options, const RunOutput& out, Commu
       hidden.push_back(s.comm_hidden_fraction);
       comm_bytes.push_back(static_cast<double>(s.comm_bytes_sent));
     }
-    nlohmann::json rec = {{"step", s.step},       {"loss", s.loss},           {"grad_norm", s.grad_norm},
-                          {"ms", s.seconds * 1e3}, {"tokens_per_s", s.tokens_per_s}, {"skipped", s.skipped},
-                          {"loss_scale", s.loss_scale}, {"lr", s.lr}};
+    nlohmann::json rec = {{"step", s.step},
+                          {"loss", s.loss},
+                          {"grad_norm", s.grad_norm},
+                          {"ms", s.seconds * 1e3},
+                          {"tokens_per_s", s.tokens_per_s},
+                          {"skipped", s.skipped},
+                          {"loss_scale", s.loss_scale},
+                          {"lr", s.lr}};
     if (parallel) {
       rec["comm_hidden_fraction"] = s.comm_hidden_fraction;
       rec["comm_seconds"] = s.comm_seconds;
@@ -125,7 +127,8 @@ RunSummary run_training(const TrainOptions& options, const RunOutput& out, Commu
     const std::filesystem::path dir = std::filesystem::path(path).parent_path();
     if (!dir.empty()) std::filesystem::create_directories(dir);
     timeline->write_chrome_trace(path, rank);
-    if (out.progress) std::printf("%swrote the last step's timeline: %s (one file per rank)\n", out.label.c_str(), path.c_str());
+    if (out.progress)
+      std::printf("%swrote the last step's timeline: %s (one file per rank)\n", out.label.c_str(), path.c_str());
   }
   summary.gflops = summary.tokens_per_s * trainer.flops_per_token() / 1e9;
   for (int k = 0; k < kMemCategoryCount; ++k) summary.peak_bytes[k] = tracker.peak(static_cast<MemCategory>(k));
@@ -134,12 +137,14 @@ RunSummary run_training(const TrainOptions& options, const RunOutput& out, Commu
   summary.final_params.assign(p, p + summary.num_params);
   if (out.progress) {
     const double n = static_cast<double>(summary.num_params);
-    std::printf("\n%smemory by category after %d steps:\n%s", out.label.c_str(), options.steps, tracker.report().c_str());
+    std::printf("\n%smemory by category after %d steps:\n%s", out.label.c_str(), options.steps,
+                tracker.report().c_str());
     std::printf("bytes per parameter: params %.2f + grads %.2f + optimizer %.2f = %.2f\n",
                 tracker.peak(MemCategory::kParams) / n, tracker.peak(MemCategory::kGrads) / n,
                 tracker.peak(MemCategory::kOptimizer) / n,
                 (tracker.peak(MemCategory::kParams) + tracker.peak(MemCategory::kGrads) +
-                 tracker.peak(MemCategory::kOptimizer)) / n);
+                 tracker.peak(MemCategory::kOptimizer)) /
+                    n);
   }
   if (!options.save_weights.empty()) trainer.save_weights(options.save_weights);
   if (!options.save_checkpoint.empty()) trainer.save_checkpoint(options.save_checkpoint);

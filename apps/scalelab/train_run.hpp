@@ -17,8 +17,8 @@ namespace scalelab::cli {
 struct RunSummary {
   std::vector<double> losses;  // training loss per step
   double final_val_loss = 0;
-  double tokens_per_s = 0;     // median over the steps
-  double gflops = 0;           // model flops per second at that median
+  double tokens_per_s = 0;  // median over the steps
+  double gflops = 0;        // model flops per second at that median
   std::array<std::size_t, kMemCategoryCount> peak_bytes{};
   std::size_t num_params = 0;
   std::size_t block_forwards = 0;
@@ -30,7 +30,7 @@ struct RunSummary {
 struct RunOutput {
   bool progress = true;  // print progress lines and the memory report
   int log_every = 10;
-  std::string label;     // prefixed to progress lines (the ladder's stage name)
+  std::string label;  // prefixed to progress lines (the ladder's stage name)
 };
 
 // One rank's run. world: the job's communicator (null: one process, no parallel strategies);

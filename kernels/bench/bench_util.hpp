@@ -12,10 +12,10 @@
 namespace scalelab::cuda {
 
 struct BenchOptions {
-  int batch = 8;      // B (GPT-2 124M shape: T = 1024, C = 768, NH = 12, V = 50257)
-  int warmup = 3;     // untimed launches first (cuBLAS heuristics, caches, clocks)
-  int repeats = 20;   // timed launches; the median is reported
-  std::string json;   // where the JSON report goes ("" = none)
+  int batch = 8;     // B (GPT-2 124M shape: T = 1024, C = 768, NH = 12, V = 50257)
+  int warmup = 3;    // untimed launches first (cuBLAS heuristics, caches, clocks)
+  int repeats = 20;  // timed launches; the median is reported
+  std::string json;  // where the JSON report goes ("" = none)
   // Throws ConfigError naming the first bad option.
   void validate() const;
 };

@@ -49,20 +49,35 @@ void print_markdown(const std::string& device, const BenchShape& shape, const Ce
 
 nlohmann::json to_json(const std::string& device, const BenchShape& shape, const BenchOptions& o, const Ceilings& c,
                        const std::vector<KernelRow>& rows, nlohmann::json training_step) {
-  nlohmann::json out = {
-      {"device", device},
-      {"shape", {{"B", shape.B}, {"T", shape.T}, {"C", shape.C}, {"NH", shape.NH}, {"V", shape.V},
-                 {"num_params", shape.num_params()}}},
-      {"warmup", o.warmup},
-      {"repeats", o.repeats},
-      {"ceilings", {{"copy_gbps", c.copy_gbps}, {"copy_bytes", c.copy_bytes}, {"gemm_size", c.gemm_size},
-                    {"bf16_gemm_tflops", c.bf16_gemm_tflops}, {"fp32_gemm_tflops", c.fp32_gemm_tflops}}},
-      {"kernels", nlohmann::json::array()},
-      {"training_step", std::move(training_step)}};
+  nlohmann::json out = {{"device", device},
+                        {"shape",
+                         {{"B", shape.B},
+                          {"T", shape.T},
+                          {"C", shape.C},
+                          {"NH", shape.NH},
+                          {"V", shape.V},
+                          {"num_params", shape.num_params()}}},
+                        {"warmup", o.warmup},
+                        {"repeats", o.repeats},
+                        {"ceilings",
+                         {{"copy_gbps", c.copy_gbps},
+                          {"copy_bytes", c.copy_bytes},
+                          {"gemm_size", c.gemm_size},
+                          {"bf16_gemm_tflops", c.bf16_gemm_tflops},
+                          {"fp32_gemm_tflops", c.fp32_gemm_tflops}}},
+                        {"kernels", nlohmann::json::array()},
+                        {"training_step", std::move(training_step)}};
   for (const KernelRow& r : rows)
-    out["kernels"].push_back({{"kernel", r.kernel}, {"pass", r.pass}, {"dtype", r.dtype}, {"median_ms", r.median_ms},
-                              {"min_ms", r.min_ms}, {"bytes", r.bytes}, {"flops", r.flops}, {"gbps", r.gbps},
-                              {"tflops", r.tflops}, {"fraction_of_ceiling", r.fraction}});
+    out["kernels"].push_back({{"kernel", r.kernel},
+                              {"pass", r.pass},
+                              {"dtype", r.dtype},
+                              {"median_ms", r.median_ms},
+                              {"min_ms", r.min_ms},
+                              {"bytes", r.bytes},
+                              {"flops", r.flops},
+                              {"gbps", r.gbps},
+                              {"tflops", r.tflops},
+                              {"fraction_of_ceiling", r.fraction}});
   return out;
 }
 

@@ -30,8 +30,8 @@ struct KernelRow {
   std::string pass;    // "forward" or "backward" (or "update" for the optimizer)
   std::string dtype;   // "fp32", "bf16"
   double median_ms = 0, min_ms = 0;
-  double bytes = 0;    // minimal bytes moved (0 for compute-bound rows)
-  double flops = 0;    // floating-point operations (0 for memory-bound rows)
+  double bytes = 0;  // minimal bytes moved (0 for compute-bound rows)
+  double flops = 0;  // floating-point operations (0 for memory-bound rows)
   double gbps = 0, tflops = 0;
   double fraction = 0;  // of the ceiling that applies (copy GB/s or the dtype's GEMM TFLOP/s)
 };
@@ -69,7 +69,6 @@ std::vector<KernelRow> bench_layers(const BenchShape& shape, const BenchOptions&
 // parameters and gradients), gradient scaling, the sum of squares, the inf/NaN scan, and for
 // bf16 the fp32 -> bf16 cast.
 template <typename F>
-std::vector<KernelRow> bench_optimizer(const BenchShape& shape, const BenchOptions& options,
-                                       const Ceilings& ceilings);
+std::vector<KernelRow> bench_optimizer(const BenchShape& shape, const BenchOptions& options, const Ceilings& ceilings);
 
 }  // namespace scalelab::cuda

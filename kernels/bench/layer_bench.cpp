@@ -75,8 +75,8 @@ std::vector<KernelRow> bench_layers(const BenchShape& shape, const BenchOptions&
       layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C, st);
     });
     r.memory("layernorm", "backward", 4.0 * NC * s + 5.0 * C * s + 8.0 * N, [&] {
-      layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(),
-                         rstd.data(), N, C, st);
+      layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(), rstd.data(),
+                         N, C, st);
     });
   }
   // The five linear layers of GPT-2 (per block: qkv, attention projection, fc, fc projection;
@@ -91,8 +91,8 @@ std::vector<KernelRow> bench_layers(const BenchShape& shape, const BenchOptions&
       matmul_forward(out.data(), inp.data(), w.data(), with_bias ? bias.data() : nullptr, N, in, oc, blas);
     });
     r.compute("matmul " + name, "backward", 2 * flops, [&] {  // dinp and dweight: two products
-      matmul_backward(dinp.data(), dw.data(), with_bias ? db.data() : nullptr, dout.data(), inp.data(), w.data(), N,
-                      in, oc, blas);
+      matmul_backward(dinp.data(), dw.data(), with_bias ? db.data() : nullptr, dout.data(), inp.data(), w.data(), N, in,
+                      oc, blas);
     });
   };
   bench_matmul("qkv (C->3C)", C, 3 * C, true, 31);
@@ -132,12 +132,10 @@ std::vector<KernelRow> bench_layers(const BenchShape& shape, const BenchOptions&
     DeviceBuffer<int> targets = random_tokens(N, V, 91, &unused);
     auto logits = random_buffer<F>(NV, 92, 0.05f, 4.0f), probs = empty_buffer<F>(NV), dlogits = empty_buffer<F>(NV);
     auto losses = empty_buffer<float>(N);
-    r.memory("crossentropy", "forward", 2.0 * NV * s + 8.0 * N, [&] {
-      crossentropy_forward(probs.data(), losses.data(), logits.data(), targets.data(), N, V, st);
-    });
-    r.memory("crossentropy", "backward", 2.0 * NV * s + 4.0 * N, [&] {
-      crossentropy_backward(dlogits.data(), probs.data(), targets.data(), 1.0f / N, N, V, st);
-    });
+    r.memory("crossentropy", "forward", 2.0 * NV * s + 8.0 * N,
+             [&] { crossentropy_forward(probs.data(), losses.data(), logits.data(), targets.data(), N, V, st); });
+    r.memory("crossentropy", "backward", 2.0 * NV * s + 4.0 * N,
+             [&] { crossentropy_backward(dlogits.data(), probs.data(), targets.data(), 1.0f / N, N, V, st); });
   }
   return r.take();
 }

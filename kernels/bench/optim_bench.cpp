@@ -14,8 +14,7 @@
 namespace scalelab::cuda {
 
 template <typename F>
-std::vector<KernelRow> bench_optimizer(const BenchShape& shape, const BenchOptions& options,
-                                       const Ceilings& ceilings) {
+std::vector<KernelRow> bench_optimizer(const BenchShape& shape, const BenchOptions& options, const Ceilings& ceilings) {
   const std::size_t n = shape.num_params();
   const double s = sizeof(F);
   const Stream stream;

@@ -53,13 +53,20 @@ int main(int argc, char** argv) {
       std::printf("%-8s %6d %6d %10.2f %10.2f %12.0f %10.1f %7.1f%% %12.1f %12.1f\n", r.variant.c_str(), r.B, r.T,
                   r.median_ms, r.min_ms, r.tokens_per_s, r.tflops, 100 * r.mfu, r.tracked_peak_bytes / 1048576.0,
                   r.device_peak_bytes / 1048576.0);
-      out["rows"].push_back({{"variant", r.variant},       {"B", r.B},
-                             {"T", r.T},                   {"num_params", r.num_params},
-                             {"median_ms", r.median_ms},   {"min_ms", r.min_ms},
-                             {"max_ms", r.max_ms},         {"tokens_per_s", r.tokens_per_s},
-                             {"flops_per_token", r.flops_per_token}, {"tflops", r.tflops},
-                             {"mfu", r.mfu},               {"tracked_peak_bytes", r.tracked_peak_bytes},
-                             {"device_peak_bytes", r.device_peak_bytes}, {"final_loss", r.final_loss}});
+      out["rows"].push_back({{"variant", r.variant},
+                             {"B", r.B},
+                             {"T", r.T},
+                             {"num_params", r.num_params},
+                             {"median_ms", r.median_ms},
+                             {"min_ms", r.min_ms},
+                             {"max_ms", r.max_ms},
+                             {"tokens_per_s", r.tokens_per_s},
+                             {"flops_per_token", r.flops_per_token},
+                             {"tflops", r.tflops},
+                             {"mfu", r.mfu},
+                             {"tracked_peak_bytes", r.tracked_peak_bytes},
+                             {"device_peak_bytes", r.device_peak_bytes},
+                             {"final_loss", r.final_loss}});
     }
     if (!json.empty()) {
       std::ofstream f(json);

@@ -81,8 +81,8 @@ void check_places(const std::vector<RankPlace>& all, int requested_device) {
             "nccl needs a CUDA GPU, but rank " + std::to_string(r) + " (host " + p.host + ") sees none",
             "run on GPU nodes, or use --backend mpi (host memory)");
     require(p.device < p.gpus, "device",
-            "rank " + std::to_string(r) + " asked for GPU " + std::to_string(requested_device) + " but host " +
-                p.host + " shows it " + std::to_string(p.gpus),
+            "rank " + std::to_string(r) + " asked for GPU " + std::to_string(requested_device) + " but host " + p.host +
+                " shows it " + std::to_string(p.gpus),
             "pick a GPU in [0, " + std::to_string(p.gpus) + "), or -1 to take local rank modulo GPUs");
     for (int q = 0; q < r; ++q) {
       const RankPlace& o = all[static_cast<std::size_t>(q)];

@@ -13,9 +13,8 @@ void throw_nccl_error(ncclResult_t result, const char* call, const char* file, i
   // when NCCL has nothing to add.
   const char* last = ncclGetLastError(comm);
   if (last && *last) reason += std::string(": ") + last;
-  throw Error(detail::concat(file, ":", line, ": NCCL error ", static_cast<int>(result), " (", reason, ") in ",
-                             call, " on rank ", rank,
-                             ". For more, rerun with NCCL_DEBUG=INFO (docs/nccl.md)"));
+  throw Error(detail::concat(file, ":", line, ": NCCL error ", static_cast<int>(result), " (", reason, ") in ", call,
+                             " on rank ", rank, ". For more, rerun with NCCL_DEBUG=INFO (docs/nccl.md)"));
 }
 
 ncclDataType_t nccl_datatype(DataType t) {

@@ -26,9 +26,9 @@ ncclRedOp_t nccl_op(ReduceOp op);
 }  // namespace scalelab::cuda
 
 // SCALELAB_NCCL_CHECK(ncclAllReduce(...), rank, comm) throws on anything but ncclSuccess.
-#define SCALELAB_NCCL_CHECK(call, rank, comm)                                                 \
-  do {                                                                                        \
-    const ncclResult_t scalelab_nccl_result_ = (call);                                        \
-    if (scalelab_nccl_result_ != ncclSuccess)                                                 \
+#define SCALELAB_NCCL_CHECK(call, rank, comm)                                                               \
+  do {                                                                                                      \
+    const ncclResult_t scalelab_nccl_result_ = (call);                                                      \
+    if (scalelab_nccl_result_ != ncclSuccess)                                                               \
       ::scalelab::cuda::throw_nccl_error(scalelab_nccl_result_, #call, __FILE__, __LINE__, (rank), (comm)); \
   } while (0)

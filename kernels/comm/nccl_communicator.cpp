@@ -56,8 +56,7 @@ class NcclEventRequest final : public RequestState {
 // isend/irecv's request: launches its batch on first wait() or test(), then waits like the above.
 class NcclP2pRequest final : public RequestState {
  public:
-  NcclP2pRequest(std::shared_ptr<NcclContext> ctx, std::shared_ptr<P2pBatch> batch, std::uint64_t id,
-                 std::string what)
+  NcclP2pRequest(std::shared_ptr<NcclContext> ctx, std::shared_ptr<P2pBatch> batch, std::uint64_t id, std::string what)
       : ctx_(std::move(ctx)), batch_(std::move(batch)), id_(id), what_(std::move(what)), started_ns_(now_ns()) {}
   ~NcclP2pRequest() override {
     if (complete_) return;
@@ -120,8 +119,8 @@ void NcclCommunicator::check_device(const void* ptr, std::size_t bytes, const ch
                                "; allocate it after selecting that GPU (cudaSetDevice)"));
 }
 
-void NcclCommunicator::check_overlap(const void* send, std::size_t send_bytes, const void* recv,
-                                     std::size_t recv_bytes, const void* in_place_send, const char* what) const {
+void NcclCommunicator::check_overlap(const void* send, std::size_t send_bytes, const void* recv, std::size_t recv_bytes,
+                                     const void* in_place_send, const char* what) const {
   if (send_bytes == 0 || recv_bytes == 0 || send == in_place_send) return;
   const char* s = static_cast<const char*>(send);
   const char* r = static_cast<const char*>(recv);
@@ -151,8 +150,8 @@ void NcclCommunicator::verify(CommOp op, std::size_t count, DataType type, int r
   SCALELAB_CUDA_CHECK(cudaMemcpyAsync(table + 4 * rank(), mine, row, cudaMemcpyHostToDevice, ctx_->stream()));
   SCALELAB_NCCL_CHECK(ncclAllGather(table + 4 * rank(), table, 4, ncclInt64, ctx_->comm(), ctx_->stream()),
                       world_rank(), ctx_->comm());
-  SCALELAB_CUDA_CHECK(cudaMemcpyAsync(all, table, cells * sizeof(std::int64_t), cudaMemcpyDeviceToHost,
-                                      ctx_->stream()));
+  SCALELAB_CUDA_CHECK(
+      cudaMemcpyAsync(all, table, cells * sizeof(std::int64_t), cudaMemcpyDeviceToHost, ctx_->stream()));
   ctx_->finish(std::string(what) + " (argument check)", started);
   // Every rank sees the same table, so every rank throws the same message.
   for (int r = 1; r < n; ++r) {
@@ -186,8 +185,7 @@ std::unique_ptr<RequestState> NcclCommunicator::do_irecv(void* buf, std::size_t 
   return std::make_unique<NcclP2pRequest>(ctx_, std::move(batch), id, "recv from rank " + std::to_string(peer));
 }
 
-void NcclCommunicator::launch_all_reduce(const void* send, void* recv, std::size_t count, DataType type,
-                                         ReduceOp op) {
+void NcclCommunicator::launch_all_reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
   const std::size_t bytes = count * dtype_size(type);
   check_device(send, bytes, "all_reduce");
   check_device(recv, bytes, "all_reduce");
@@ -196,9 +194,8 @@ void NcclCommunicator::launch_all_reduce(const void* send, void* recv, std::size
   verify(CommOp::kAllReduce, count, type, -1, "all_reduce");
   ctx_->begin();
   if (count == 0) return;
-  SCALELAB_NCCL_CHECK(
-      ncclAllReduce(send, recv, count, nccl_datatype(type), nccl_op(op), ctx_->comm(), ctx_->stream()),
-      world_rank(), ctx_->comm());
+  SCALELAB_NCCL_CHECK(ncclAllReduce(send, recv, count, nccl_datatype(type), nccl_op(op), ctx_->comm(), ctx_->stream()),
+                      world_rank(), ctx_->comm());
 }
 
 void NcclCommunicator::do_all_reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
@@ -213,8 +210,7 @@ std::unique_ptr<RequestState> NcclCommunicator::do_iall_reduce(const void* send,
   return std::make_unique<NcclEventRequest>(ctx_, "iall_reduce of " + std::to_string(count) + " elements");
 }
 
-void NcclCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_t count, DataType type,
-                                         ReduceOp op) {
+void NcclCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
   const std::int64_t started = now_ns();
   const BlockPartition p = partition(count);
   const std::size_t e = dtype_size(type);

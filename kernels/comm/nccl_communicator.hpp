@@ -52,8 +52,7 @@ struct NcclOptions {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(std::shared_ptr<NcclContext> context, std::shared_ptr<Watchdog> watchdog,
-                   bool verify_arguments);
+  NcclCommunicator(std::shared_ptr<NcclContext> context, std::shared_ptr<Watchdog> watchdog, bool verify_arguments);
   ~NcclCommunicator() override;
   const char* backend() const override { return "nccl"; }
   MemorySpace memory_space() const override { return MemorySpace::kDevice; }
@@ -61,8 +60,7 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t stream() const;  // where the operations run
 
  protected:
-  std::unique_ptr<RequestState> do_isend(const void* buf, std::size_t count, DataType type, int peer,
-                                         int tag) override;
+  std::unique_ptr<RequestState> do_isend(const void* buf, std::size_t count, DataType type, int peer, int tag) override;
   std::unique_ptr<RequestState> do_irecv(void* buf, std::size_t count, DataType type, int peer, int tag) override;
   void do_all_reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) override;
   std::unique_ptr<RequestState> do_iall_reduce(const void* send, void* recv, std::size_t count, DataType type,

@@ -16,8 +16,7 @@ namespace scalelab::cuda {
 
 NcclContext::SelectDevice::SelectDevice(int device) { SCALELAB_CUDA_CHECK(cudaSetDevice(device)); }
 
-NcclContext::NcclContext(ncclComm_t comm, int device, int world_rank, cudaStream_t order_after,
-                         double timeout_seconds)
+NcclContext::NcclContext(ncclComm_t comm, int device, int world_rank, cudaStream_t order_after, double timeout_seconds)
     : comm_(comm),
       device_(device),
       world_rank_(world_rank),
@@ -43,8 +42,8 @@ NcclContext::~NcclContext() {
 
 ncclComm_t NcclContext::comm() {
   if (!comm_)
-    throw Error(detail::concat("NCCL communicator on rank ", world_rank_, " is unusable: it was aborted after ",
-                               aborted_by_));
+    throw Error(
+        detail::concat("NCCL communicator on rank ", world_rank_, " is unusable: it was aborted after ", aborted_by_));
   return comm_;
 }
 
@@ -84,8 +83,7 @@ void NcclContext::check_progress(const std::string& what, std::int64_t started_n
     why += " (often a peer rank died; rerun with NCCL_DEBUG=INFO for NCCL's side)";
     abort_and_throw(what, why);
   }
-  if (timeout_seconds_ > 0 &&
-      static_cast<double>(Watchdog::now_ns() - started_ns) * 1e-9 > timeout_seconds_) {
+  if (timeout_seconds_ > 0 && static_cast<double>(Watchdog::now_ns() - started_ns) * 1e-9 > timeout_seconds_) {
     char seconds[32];
     std::snprintf(seconds, sizeof seconds, "%g", timeout_seconds_);
     abort_and_throw(what, std::string("did not complete within ") + seconds +

@@ -53,15 +53,14 @@ void gemm_strided_batched(const Blas& blas, bool trans_a, bool trans_b, int m, i
                           int ldc, long long stride_c, int batch) {
   if (m == 0 || n == 0 || batch == 0) return;
   const cudaDataType_t t = DType<T>::cuda_type;
-  SCALELAB_CUBLAS_CHECK(cublasGemmStridedBatchedEx(blas.handle(), op(trans_b), op(trans_a), n, m, k, &alpha, b, t,
-                                                   ldb, stride_b, a, t, lda, stride_a, &beta, c, t, ldc, stride_c,
-                                                   batch, compute_type<T>(blas), CUBLAS_GEMM_DEFAULT));
+  SCALELAB_CUBLAS_CHECK(cublasGemmStridedBatchedEx(blas.handle(), op(trans_b), op(trans_a), n, m, k, &alpha, b, t, ldb,
+                                                   stride_b, a, t, lda, stride_a, &beta, c, t, ldc, stride_c, batch,
+                                                   compute_type<T>(blas), CUBLAS_GEMM_DEFAULT));
 }
 
-#define SCALELAB_INSTANTIATE(T)                                                                                  \
-  template void gemm<T>(const Blas&, bool, bool, int, int, int, float, const T*, int, const T*, int, float, T*,  \
-                        int);                                                                                    \
-  template void gemm_strided_batched<T>(const Blas&, bool, bool, int, int, int, float, const T*, int, long long, \
+#define SCALELAB_INSTANTIATE(T)                                                                                       \
+  template void gemm<T>(const Blas&, bool, bool, int, int, int, float, const T*, int, const T*, int, float, T*, int); \
+  template void gemm_strided_batched<T>(const Blas&, bool, bool, int, int, int, float, const T*, int, long long,      \
                                         const T*, int, long long, float, T*, int, long long, int);
 SCALELAB_INSTANTIATE(float)
 SCALELAB_INSTANTIATE(bf16)

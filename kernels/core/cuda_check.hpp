@@ -19,18 +19,18 @@ const char* cublas_status_name(cublasStatus_t status);
 }  // namespace scalelab::cuda
 
 // SCALELAB_CUDA_CHECK(cudaMalloc(&p, n)) throws on anything but cudaSuccess.
-#define SCALELAB_CUDA_CHECK(call)                                                     \
-  do {                                                                                \
-    const cudaError_t scalelab_status_ = (call);                                      \
-    if (scalelab_status_ != cudaSuccess)                                              \
+#define SCALELAB_CUDA_CHECK(call)                                                      \
+  do {                                                                                 \
+    const cudaError_t scalelab_status_ = (call);                                       \
+    if (scalelab_status_ != cudaSuccess)                                               \
       ::scalelab::cuda::throw_cuda_error(scalelab_status_, #call, __FILE__, __LINE__); \
   } while (0)
 
 // SCALELAB_CUBLAS_CHECK(cublasGemmEx(...)) throws on anything but CUBLAS_STATUS_SUCCESS.
-#define SCALELAB_CUBLAS_CHECK(call)                                                     \
-  do {                                                                                  \
-    const cublasStatus_t scalelab_status_ = (call);                                     \
-    if (scalelab_status_ != CUBLAS_STATUS_SUCCESS)                                      \
+#define SCALELAB_CUBLAS_CHECK(call)                                                      \
+  do {                                                                                   \
+    const cublasStatus_t scalelab_status_ = (call);                                      \
+    if (scalelab_status_ != CUBLAS_STATUS_SUCCESS)                                       \
       ::scalelab::cuda::throw_cublas_error(scalelab_status_, #call, __FILE__, __LINE__); \
   } while (0)
 

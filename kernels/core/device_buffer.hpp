@@ -24,8 +24,7 @@ class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   // count elements of T on the current device, zero-filled; a null tracker means "not counted".
-  DeviceBuffer(std::size_t count, MemCategory category, MemoryTracker* tracker)
-      : size_(count), category_(category) {
+  DeviceBuffer(std::size_t count, MemCategory category, MemoryTracker* tracker) : size_(count), category_(category) {
     if (count) {
       void* p = nullptr;
       SCALELAB_CUDA_CHECK(cudaMallocAsync(&p, bytes(), cudaStreamLegacy));

@@ -14,9 +14,9 @@
 namespace scalelab::cuda {
 
 struct DeviceMemoryInfo {
-  std::size_t free_bytes = 0;   // cudaMemGetInfo: free on the device
-  std::size_t total_bytes = 0;  // cudaMemGetInfo: the device's memory
-  std::size_t pool_used = 0;    // default pool: bytes in use by allocations now
+  std::size_t free_bytes = 0;      // cudaMemGetInfo: free on the device
+  std::size_t total_bytes = 0;     // cudaMemGetInfo: the device's memory
+  std::size_t pool_used = 0;       // default pool: bytes in use by allocations now
   std::size_t pool_used_high = 0;  // default pool: high-water mark of pool_used since its last reset
   std::size_t used_bytes() const { return total_bytes - free_bytes; }
 };
@@ -26,7 +26,7 @@ struct DeviceMemoryCheck {
   std::size_t tracked_current = 0, tracked_peak = 0;  // tracker: current_total(), peak_total()
   std::size_t device_current = 0, device_peak = 0;    // pool: growth since the probe was created
   std::size_t slack_bytes = 0;                        // allowed excess of device over tracker
-  bool ok = false;  // tracked <= device <= tracked + slack, for current and peak
+  bool ok = false;                                    // tracked <= device <= tracked + slack, for current and peak
   std::string report() const;
 };
 

@@ -19,11 +19,17 @@ __device__ __forceinline__ float to_float(fp16 x) { return __half2float(x); }
 template <typename T>
 __device__ __forceinline__ T from_float(float x);
 template <>
-__device__ __forceinline__ float from_float<float>(float x) { return x; }
+__device__ __forceinline__ float from_float<float>(float x) {
+  return x;
+}
 template <>
-__device__ __forceinline__ bf16 from_float<bf16>(float x) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ bf16 from_float<bf16>(float x) {
+  return __float2bfloat16_rn(x);
+}
 template <>
-__device__ __forceinline__ fp16 from_float<fp16>(float x) { return __float2half_rn(x); }
+__device__ __forceinline__ fp16 from_float<fp16>(float x) {
+  return __float2half_rn(x);
+}
 
 // Sum / max over the 32 lanes of a warp; every lane gets the result.
 __device__ __forceinline__ float warp_sum(float v) {

@@ -76,8 +76,7 @@ using Clock = std::chrono::steady_clock;
 // bytes from the pinned buffer back into device memory (none for a send).
 class StagedRequest final : public RequestState {
  public:
-  StagedRequest(HostStagingCommunicator& owner, std::unique_ptr<PinnedLease> lease, void* device_dst,
-                std::size_t bytes)
+  StagedRequest(HostStagingCommunicator& owner, std::unique_ptr<PinnedLease> lease, void* device_dst, std::size_t bytes)
       : owner_(owner), lease_(std::move(lease)), device_dst_(device_dst), bytes_(bytes) {}
   // Started after construction, so that the lease outlives the wrapped request (members are
   // destroyed in reverse order: the wrapped request's destructor waits before the buffer goes).

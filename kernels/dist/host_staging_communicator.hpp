@@ -58,8 +58,7 @@ class HostStagingCommunicator final : public Communicator {
   const StagingStats& staging_stats() const { return staging_; }
 
  protected:
-  std::unique_ptr<RequestState> do_isend(const void* buf, std::size_t count, DataType type, int peer,
-                                         int tag) override;
+  std::unique_ptr<RequestState> do_isend(const void* buf, std::size_t count, DataType type, int peer, int tag) override;
   std::unique_ptr<RequestState> do_irecv(void* buf, std::size_t count, DataType type, int peer, int tag) override;
   void do_all_reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) override;
   std::unique_ptr<RequestState> do_iall_reduce(const void* send, void* recv, std::size_t count, DataType type,

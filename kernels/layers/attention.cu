@@ -109,8 +109,8 @@ void attention_backward(F* dqkv, F* scratch, const F* dout, const F* qkv, const 
   }
 }
 
-#define SCALELAB_INSTANTIATE(F)                                                                                   \
-  template void attention_forward<F>(F*, F*, const F*, int, int, int, int, const Blas&);                          \
+#define SCALELAB_INSTANTIATE(F)                                                          \
+  template void attention_forward<F>(F*, F*, const F*, int, int, int, int, const Blas&); \
   template void attention_backward<F>(F*, F*, const F*, const F*, const F*, int, int, int, int, const Blas&);
 SCALELAB_FOR_EACH_DTYPE(SCALELAB_INSTANTIATE)
 #undef SCALELAB_INSTANTIATE

@@ -77,8 +77,8 @@ void mean_loss(float* mean, const float* losses, int N, cudaStream_t stream) {
   SCALELAB_CUDA_LAUNCH_CHECK();
 }
 
-#define SCALELAB_INSTANTIATE(F)                                                                              \
-  template void crossentropy_forward<F>(F*, float*, const F*, const int*, int, int, cudaStream_t);          \
+#define SCALELAB_INSTANTIATE(F)                                                                    \
+  template void crossentropy_forward<F>(F*, float*, const F*, const int*, int, int, cudaStream_t); \
   template void crossentropy_backward<F>(F*, const F*, const int*, float, int, int, cudaStream_t);
 SCALELAB_FOR_EACH_DTYPE(SCALELAB_INSTANTIATE)
 #undef SCALELAB_INSTANTIATE

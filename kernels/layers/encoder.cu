@@ -50,8 +50,7 @@ __global__ void encoder_backward_wte_kernel(F* dwte, const F* dout, const int* t
 }  // namespace
 
 template <typename F>
-void encoder_forward(F* out, const int* tokens, const F* wte, const F* wpe, int B, int T, int C,
-                     cudaStream_t stream) {
+void encoder_forward(F* out, const int* tokens, const F* wte, const F* wpe, int B, int T, int C, cudaStream_t stream) {
   const std::size_t n = std::size_t(B) * T * C;
   if (n == 0) return;
   encoder_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, tokens, wte, wpe, T, C, n);
@@ -59,8 +58,7 @@ void encoder_forward(F* out, const int* tokens, const F* wte, const F* wpe, int 
 }
 
 template <typename F>
-void encoder_backward(F* dwte, F* dwpe, const F* dout, const int* tokens, int B, int T, int C,
-                      cudaStream_t stream) {
+void encoder_backward(F* dwte, F* dwpe, const F* dout, const int* tokens, int B, int T, int C, cudaStream_t stream) {
   const std::size_t n = std::size_t(B) * T * C;
   if (n == 0) return;
   encoder_backward_wpe_kernel<<<blocks_for(std::size_t(T) * C), kThreads, 0, stream>>>(dwpe, dout, B, T, C);
@@ -69,8 +67,8 @@ void encoder_backward(F* dwte, F* dwpe, const F* dout, const int* tokens, int B,
   SCALELAB_CUDA_LAUNCH_CHECK();
 }
 
-#define SCALELAB_INSTANTIATE(F)                                                                                \
-  template void encoder_forward<F>(F*, const int*, const F*, const F*, int, int, int, cudaStream_t);          \
+#define SCALELAB_INSTANTIATE(F)                                                                      \
+  template void encoder_forward<F>(F*, const int*, const F*, const F*, int, int, int, cudaStream_t); \
   template void encoder_backward<F>(F*, F*, const F*, const int*, int, int, int, cudaStream_t);
 SCALELAB_FOR_EACH_DTYPE(SCALELAB_INSTANTIATE)
 #undef SCALELAB_INSTANTIATE

@@ -48,8 +48,8 @@ void gelu_backward(F* dinp, const F* dout, const F* inp, std::size_t N, cudaStre
   SCALELAB_CUDA_LAUNCH_CHECK();
 }
 
-#define SCALELAB_INSTANTIATE(F)                                                   \
-  template void gelu_forward<F>(F*, const F*, std::size_t, cudaStream_t);        \
+#define SCALELAB_INSTANTIATE(F)                                           \
+  template void gelu_forward<F>(F*, const F*, std::size_t, cudaStream_t); \
   template void gelu_backward<F>(F*, const F*, const F*, std::size_t, cudaStream_t);
 SCALELAB_FOR_EACH_DTYPE(SCALELAB_INSTANTIATE)
 #undef SCALELAB_INSTANTIATE

@@ -13,8 +13,8 @@ namespace {
 constexpr int kRowsPerBlock = 8;  // warps per block in the row kernels (256 threads)
 
 template <typename F>
-__global__ void layernorm_forward_kernel(F* out, float* mean, float* rstd, const F* inp, const F* weight,
-                                         const F* bias, int N, int C) {
+__global__ void layernorm_forward_kernel(F* out, float* mean, float* rstd, const F* inp, const F* weight, const F* bias,
+                                         int N, int C) {
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
   if (row >= N) return;  // the whole warp leaves together: the shuffles below stay full-warp
@@ -70,8 +70,8 @@ __global__ void layernorm_backward_input_kernel(F* dinp, const F* dout, const F*
 // A block is 32 channels (threadIdx.x, so loads of one row are contiguous) by 32 row stripes
 // (threadIdx.y); the 32 stripe sums of each channel are then added in shared memory.
 template <typename F>
-__global__ void layernorm_backward_params_kernel(F* dweight, F* dbias, const F* dout, const F* inp,
-                                                 const float* mean, const float* rstd, int N, int C) {
+__global__ void layernorm_backward_params_kernel(F* dweight, F* dbias, const F* dout, const F* inp, const float* mean,
+                                                 const float* rstd, int N, int C) {
   __shared__ float sw[32][33], sb[32][33];  // +1 column: no shared-memory bank conflicts
   const int c = blockIdx.x * 32 + threadIdx.x;
   float acc_w = 0.0f, acc_b = 0.0f;
@@ -110,23 +110,23 @@ void layernorm_forward(F* out, float* mean, float* rstd, const F* inp, const F* 
 }
 
 template <typename F>
-void layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight,
-                        const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
+void layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight, const float* mean,
+                        const float* rstd, int N, int C, cudaStream_t stream) {
   if (N <= 0 || C <= 0) return;
   const unsigned row_blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
-  layernorm_backward_input_kernel<<<row_blocks, kRowsPerBlock * 32, 0, stream>>>(dinp, dout, inp, weight, mean,
-                                                                                 rstd, N, C);
+  layernorm_backward_input_kernel<<<row_blocks, kRowsPerBlock * 32, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N,
+                                                                                 C);
   SCALELAB_CUDA_LAUNCH_CHECK();
   const unsigned col_blocks = (C + 31) / 32;
-  layernorm_backward_params_kernel<<<col_blocks, dim3(32, 32), 0, stream>>>(dweight, dbias, dout, inp, mean, rstd,
-                                                                            N, C);
+  layernorm_backward_params_kernel<<<col_blocks, dim3(32, 32), 0, stream>>>(dweight, dbias, dout, inp, mean, rstd, N,
+                                                                            C);
   SCALELAB_CUDA_LAUNCH_CHECK();
 }
 
-#define SCALELAB_INSTANTIATE(F)                                                                                  \
-  template void layernorm_forward<F>(F*, float*, float*, const F*, const F*, const F*, int, int, cudaStream_t);  \
-  template void layernorm_backward<F>(F*, F*, F*, const F*, const F*, const F*, const float*, const float*, int, \
-                                      int, cudaStream_t);
+#define SCALELAB_INSTANTIATE(F)                                                                                       \
+  template void layernorm_forward<F>(F*, float*, float*, const F*, const F*, const F*, int, int, cudaStream_t);       \
+  template void layernorm_backward<F>(F*, F*, F*, const F*, const F*, const F*, const float*, const float*, int, int, \
+                                      cudaStream_t);
 SCALELAB_FOR_EACH_DTYPE(SCALELAB_INSTANTIATE)
 #undef SCALELAB_INSTANTIATE
 

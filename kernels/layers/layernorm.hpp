@@ -13,6 +13,6 @@ void layernorm_forward(F* out, float* mean, float* rstd, const F* inp, const F* 
                        cudaStream_t stream);
 // dinp (N,C) +=; dweight, dbias (C) +=; dout (N,C). Deterministic: each sum has a fixed order.
 template <typename F>
-void layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight,
-                        const float* mean, const float* rstd, int N, int C, cudaStream_t stream);
+void layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight, const float* mean,
+                        const float* rstd, int N, int C, cudaStream_t stream);
 }  // namespace scalelab::cuda

@@ -51,8 +51,8 @@ void matmul_forward(F* out, const F* inp, const F* weight, const F* bias, int N,
 }
 
 template <typename F>
-void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight, int N, int C,
-                     int OC, const Blas& blas) {
+void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight, int N, int C, int OC,
+                     const Blas& blas) {
   if (N <= 0) return;
   // dinp (N,C) = dout (N,OC) @ weight (OC,C)
   gemm<F>(blas, false, false, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
@@ -64,8 +64,8 @@ void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp,
   }
 }
 
-#define SCALELAB_INSTANTIATE(F)                                                                                    \
-  template void matmul_forward<F>(F*, const F*, const F*, const F*, int, int, int, const Blas&);                   \
+#define SCALELAB_INSTANTIATE(F)                                                                  \
+  template void matmul_forward<F>(F*, const F*, const F*, const F*, int, int, int, const Blas&); \
   template void matmul_backward<F>(F*, F*, F*, const F*, const F*, const F*, int, int, int, const Blas&);
 SCALELAB_FOR_EACH_DTYPE(SCALELAB_INSTANTIATE)
 #undef SCALELAB_INSTANTIATE

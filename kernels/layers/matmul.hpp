@@ -15,6 +15,6 @@ void matmul_forward(F* out, const F* inp, const F* weight, const F* bias, int N,
 // dinp (N,C) = (written); dweight (OC,C) +=; dbias (OC) += unless nullptr; dout (N,OC).
 // dbias is a column sum with a fixed order (deterministic), like layernorm's parameter sums.
 template <typename F>
-void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight, int N, int C,
-                     int OC, const Blas& blas);
+void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight, int N, int C, int OC,
+                     const Blas& blas);
 }  // namespace scalelab::cuda

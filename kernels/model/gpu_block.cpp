@@ -55,11 +55,11 @@ void gpu_block_backward(F* dres, const BlockView<F>& g, const GpuBlockActs<F>& a
   layernorm_backward(dres, g.ln1_w, g.ln1_b, s.dbtc, x, w.ln1_w, a.ln1_mean, a.ln1_rstd, N, C, st);
 }
 
-#define SCALELAB_INSTANTIATE(F)                                                                                 \
-  template void gpu_block_forward<F>(GpuBlockActs<F>&, const BlockView<F>&, const F*, GpuBlockScratch<F>&, int, \
-                                     int, int, int, const Blas&);                                               \
-  template void gpu_block_backward<F>(F*, const BlockView<F>&, const GpuBlockActs<F>&, const BlockView<F>&,     \
-                                      const F*, GpuBlockScratch<F>&, int, int, int, int, const Blas&);
+#define SCALELAB_INSTANTIATE(F)                                                                                       \
+  template void gpu_block_forward<F>(GpuBlockActs<F>&, const BlockView<F>&, const F*, GpuBlockScratch<F>&, int, int,  \
+                                     int, int, const Blas&);                                                          \
+  template void gpu_block_backward<F>(F*, const BlockView<F>&, const GpuBlockActs<F>&, const BlockView<F>&, const F*, \
+                                      GpuBlockScratch<F>&, int, int, int, int, const Blas&);
 SCALELAB_INSTANTIATE(float)
 SCALELAB_INSTANTIATE(bf16)
 SCALELAB_INSTANTIATE(fp16)

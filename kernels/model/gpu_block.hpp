@@ -17,19 +17,19 @@ namespace scalelab::cuda {
 // Saved activations of one block, device pointers into the model's activation buffers.
 template <typename F>
 struct GpuBlockActs {
-  F* ln1;            // (B,T,C)    ln_1 output
-  float* ln1_mean;   // (B,T)
-  float* ln1_rstd;   // (B,T)
-  F* qkv;            // (B,T,3C)
-  F* att;            // (B,NH,T,T) softmax probabilities
-  F* atty;           // (B,T,C)    attention output, before the projection
-  F* residual2;      // (B,T,C)    x + attention branch
-  F* ln2;            // (B,T,C)
-  float* ln2_mean;   // (B,T)
-  float* ln2_rstd;   // (B,T)
-  F* fch;            // (B,T,4C)   mlp_fc output
-  F* fch_gelu;       // (B,T,4C)
-  F* residual3;      // (B,T,C)    the block's output (the next block's input)
+  F* ln1;           // (B,T,C)    ln_1 output
+  float* ln1_mean;  // (B,T)
+  float* ln1_rstd;  // (B,T)
+  F* qkv;           // (B,T,3C)
+  F* att;           // (B,NH,T,T) softmax probabilities
+  F* atty;          // (B,T,C)    attention output, before the projection
+  F* residual2;     // (B,T,C)    x + attention branch
+  F* ln2;           // (B,T,C)
+  float* ln2_mean;  // (B,T)
+  float* ln2_rstd;  // (B,T)
+  F* fch;           // (B,T,4C)   mlp_fc output
+  F* fch_gelu;      // (B,T,4C)
+  F* residual3;     // (B,T,C)    the block's output (the next block's input)
 };
 
 // Elements of one block's saved activations: 16 BTC + NH B T T of F, and 4 BT of float. Their

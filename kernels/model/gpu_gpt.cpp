@@ -54,7 +54,8 @@ void GpuGPT<F>::ensure_buffers(int B, int T) {
   tokens_ = DeviceBuffer<int>();
   targets_ = DeviceBuffer<int>();
   const std::size_t stats = gpu_stat_elements(config_, B, T, policy_);
-  act_buffer_ = DeviceBuffer<F>(activation_elements(config_, B, T, policy_) - stats, MemCategory::kActivations, tracker_);
+  act_buffer_ = DeviceBuffer<F>(activation_elements(config_, B, T, policy_) - stats, MemCategory::kActivations,
+                                tracker_);
   stat_buffer_ = DeviceBuffer<float>(stats, MemCategory::kActivations, tracker_);
   assign_activations(B, T);
 
@@ -114,7 +115,7 @@ double GpuGPT<F>::forward(const int* tokens, const int* targets, int B, int T) {
   encoder_forward(acts_.encoded, tokens_.data(), w_.wte, w_.wpe, B, T, C, st);
   walk_blocks_forward(*this, policy_);
   layernorm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, acts_.final_input, w_.lnf_w, w_.lnf_b, N, C, st);
-  matmul_forward<F>(acts_.probs, acts_.lnf, w_.wte, nullptr, N, C, V, blas_);  // logits (B,T,V)
+  matmul_forward<F>(acts_.probs, acts_.lnf, w_.wte, nullptr, N, C, V, blas_);               // logits (B,T,V)
   crossentropy_forward(acts_.probs, acts_.losses, acts_.probs, targets_.data(), N, V, st);  // in place
   mean_loss(loss_.data(), acts_.losses, N, st);
   float loss = 0;

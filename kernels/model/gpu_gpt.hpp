@@ -116,16 +116,16 @@ class GpuGPT : private BlockRunner {
   Stream stream_;
   Blas blas_;
   DeviceBuffer<F> params_, grads_;
-  ParamView<F> w_, g_;  // named device views of params_ and grads_
-  DeviceBuffer<F> act_buffer_;         // activations stored as F
-  DeviceBuffer<float> stat_buffer_;    // activations stored as fp32 (statistics, losses)
-  DeviceBuffer<F> scratch_buffer_;     // workspace: block scratch, dres, dlnf
+  ParamView<F> w_, g_;                  // named device views of params_ and grads_
+  DeviceBuffer<F> act_buffer_;          // activations stored as F
+  DeviceBuffer<float> stat_buffer_;     // activations stored as fp32 (statistics, losses)
+  DeviceBuffer<F> scratch_buffer_;      // workspace: block scratch, dres, dlnf
   DeviceBuffer<int> tokens_, targets_;  // (B,T) the last forward's batch (workspace)
-  DeviceBuffer<float> loss_;           // (1) the mean loss (workspace)
+  DeviceBuffer<float> loss_;            // (1) the mean loss (workspace)
   GpuActivations<F> acts_;
   GpuBlockScratch<F> scratch_{};
-  F* dres_ = nullptr;  // (B,T,C) gradient of the residual stream
-  F* dlnf_ = nullptr;  // (B,T,C)
+  F* dres_ = nullptr;                // (B,T,C) gradient of the residual stream
+  F* dlnf_ = nullptr;                // (B,T,C)
   bool probs_hold_dlogits_ = false;  // backward already ran for the last forward
   CheckpointPolicy policy_;
   std::size_t block_forwards_ = 0;

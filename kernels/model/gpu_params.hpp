@@ -19,13 +19,18 @@ struct BlockField {
   const char* suffix;
 };
 template <typename F>
-inline constexpr BlockField<F> kBlockFields[] = {
-    {&BlockView<F>::ln1_w, "ln_1.weight"},           {&BlockView<F>::ln1_b, "ln_1.bias"},
-    {&BlockView<F>::qkv_w, "attn.c_attn.weight"},    {&BlockView<F>::qkv_b, "attn.c_attn.bias"},
-    {&BlockView<F>::attproj_w, "attn.c_proj.weight"}, {&BlockView<F>::attproj_b, "attn.c_proj.bias"},
-    {&BlockView<F>::ln2_w, "ln_2.weight"},           {&BlockView<F>::ln2_b, "ln_2.bias"},
-    {&BlockView<F>::fc_w, "mlp.c_fc.weight"},        {&BlockView<F>::fc_b, "mlp.c_fc.bias"},
-    {&BlockView<F>::fcproj_w, "mlp.c_proj.weight"},  {&BlockView<F>::fcproj_b, "mlp.c_proj.bias"}};
+inline constexpr BlockField<F> kBlockFields[] = {{&BlockView<F>::ln1_w, "ln_1.weight"},
+                                                 {&BlockView<F>::ln1_b, "ln_1.bias"},
+                                                 {&BlockView<F>::qkv_w, "attn.c_attn.weight"},
+                                                 {&BlockView<F>::qkv_b, "attn.c_attn.bias"},
+                                                 {&BlockView<F>::attproj_w, "attn.c_proj.weight"},
+                                                 {&BlockView<F>::attproj_b, "attn.c_proj.bias"},
+                                                 {&BlockView<F>::ln2_w, "ln_2.weight"},
+                                                 {&BlockView<F>::ln2_b, "ln_2.bias"},
+                                                 {&BlockView<F>::fc_w, "mlp.c_fc.weight"},
+                                                 {&BlockView<F>::fc_b, "mlp.c_fc.bias"},
+                                                 {&BlockView<F>::fcproj_w, "mlp.c_proj.weight"},
+                                                 {&BlockView<F>::fcproj_b, "mlp.c_proj.bias"}};
 inline constexpr int kTensorsPerBlock = 12;
 
 // base points at num_params() elements on the device; the view only does pointer arithmetic.
@@ -46,7 +51,7 @@ ParamView<F> device_param_view(const ParamLayout& layout, int num_layers, F* bas
     const std::string prefix = "transformer.h." + std::to_string(l) + ".";
     for (int j = 0; j < kTensorsPerBlock; ++j)
       b.*(kBlockFields<F>[j].field) = at(2 + static_cast<std::size_t>(kTensorsPerBlock) * l + j,
-                                          prefix + kBlockFields<F>[j].suffix);
+                                         prefix + kBlockFields<F>[j].suffix);
     v.blocks.push_back(b);
   }
   v.lnf_w = at(expected - 2, "transformer.ln_f.weight");

@@ -67,8 +67,7 @@ std::vector<float> GpuTrainModel<F>::grads_to_host() const {
 }
 
 template <typename F>
-TrainModel::StepOutcome GpuTrainModel<F>::optimizer_step(AdamW& optimizer, double lr, double grad_scale,
-                                                         double clip) {
+TrainModel::StepOutcome GpuTrainModel<F>::optimizer_step(AdamW& optimizer, double lr, double grad_scale, double clip) {
   SCALELAB_CHECK(optimizer.size() == num_params(), "optimizer for ", optimizer.size(), " parameters, model has ",
                  num_params());
   StepOutcome out;
@@ -104,8 +103,8 @@ TrainModel::StepOutcome GpuTrainModel<F>::optimizer_step(AdamW& optimizer, doubl
   if constexpr (kMixed) {
     // One factor: unscale and clip together, applied to each gradient as it is widened.
     const double factor = grad_scale * (coef < 1.0 ? coef : 1.0);
-    adamw_update_mixed(gpt_.params().data(), master_.data(), g, m_.data(), v_.data(), n, static_cast<float>(factor),
-                       k, st);
+    adamw_update_mixed(gpt_.params().data(), master_.data(), g, m_.data(), v_.data(), n, static_cast<float>(factor), k,
+                       st);
   } else {
     if (coef < 1.0) scale_inplace(g, static_cast<float>(coef), n, st);
     adamw_update(gpt_.params().data(), g, m_.data(), v_.data(), n, k, st);
@@ -115,14 +114,18 @@ TrainModel::StepOutcome GpuTrainModel<F>::optimizer_step(AdamW& optimizer, doubl
 
 template <typename F>
 float* GpuTrainModel<F>::fp32_grads() {
-  if constexpr (kMixed) return TrainModel::fp32_grads();  // throws, as the CPU's mixed model does
-  else return gpt_.grads().data();
+  if constexpr (kMixed)
+    return TrainModel::fp32_grads();  // throws, as the CPU's mixed model does
+  else
+    return gpt_.grads().data();
 }
 
 template <typename F>
 void GpuTrainModel<F>::set_grad_ready_hook(std::function<void(std::size_t)> hook) {
-  if constexpr (kMixed) TrainModel::set_grad_ready_hook(std::move(hook));
-  else gpt_.set_grad_ready_hook(std::move(hook));
+  if constexpr (kMixed)
+    TrainModel::set_grad_ready_hook(std::move(hook));
+  else
+    gpt_.set_grad_ready_hook(std::move(hook));
 }
 
 template <typename F>

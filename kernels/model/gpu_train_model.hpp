@@ -66,11 +66,11 @@ class GpuTrainModel final : public TrainModel {
 
  private:
   GpuGPT<F> gpt_;
-  DeviceBuffer<float> master_;  // (num_params) fp32 master weights; mixed precision only
-  DeviceBuffer<float> m_, v_;   // (num_params) AdamW moments
+  DeviceBuffer<float> master_;                   // (num_params) fp32 master weights; mixed precision only
+  DeviceBuffer<float> m_, v_;                    // (num_params) AdamW moments
   DeviceBuffer<double> sum_squares_, partials_;  // (1), (kSumSquaresBlocks): the norm's reduction
-  DeviceBuffer<unsigned int> nonfinite_;          // (1) the inf/NaN flag
-  mutable std::vector<float> host_params_;        // master_params()'s copy
+  DeviceBuffer<unsigned int> nonfinite_;         // (1) the inf/NaN flag
+  mutable std::vector<float> host_params_;       // master_params()'s copy
 };
 
 // The model for a precision ("fp32", "bf16", "fp16") on the current device; ConfigError for

@@ -15,9 +15,9 @@ namespace scalelab::cuda {
 
 // The per-step constants of the update, rounded to float as the CPU rounds them.
 struct AdamWScalars {
-  float step_size;     // lr / (1 - beta1^t)
-  float bc2_sqrt;      // sqrt(1 - beta2^t)
-  float decay;         // 1 - lr * weight_decay
+  float step_size;  // lr / (1 - beta1^t)
+  float bc2_sqrt;   // sqrt(1 - beta2^t)
+  float decay;      // 1 - lr * weight_decay
   float beta1, beta2, one_minus_beta1, one_minus_beta2, eps;
 };
 // t is the step count after begin_step() (1 for the first update).

@@ -54,8 +54,8 @@ void sum_squares(double* out, double* partials, const F* x, std::size_t N, cudaS
   SCALELAB_CUDA_LAUNCH_CHECK();
 }
 
-#define SCALELAB_INSTANTIATE(F)                                                     \
-  template void scale_inplace<F>(F*, float, std::size_t, cudaStream_t);             \
+#define SCALELAB_INSTANTIATE(F)                                         \
+  template void scale_inplace<F>(F*, float, std::size_t, cudaStream_t); \
   template void sum_squares<F>(double*, double*, const F*, std::size_t, cudaStream_t);
 SCALELAB_FOR_EACH_DTYPE(SCALELAB_INSTANTIATE)
 #undef SCALELAB_INSTANTIATE

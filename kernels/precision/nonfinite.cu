@@ -24,8 +24,7 @@ void find_nonfinite(unsigned int* found, const F* x, std::size_t N, cudaStream_t
   SCALELAB_CUDA_LAUNCH_CHECK();
 }
 
-#define SCALELAB_INSTANTIATE(F) \
-  template void find_nonfinite<F>(unsigned int*, const F*, std::size_t, cudaStream_t);
+#define SCALELAB_INSTANTIATE(F) template void find_nonfinite<F>(unsigned int*, const F*, std::size_t, cudaStream_t);
 SCALELAB_FOR_EACH_DTYPE(SCALELAB_INSTANTIATE)
 #undef SCALELAB_INSTANTIATE
 

@@ -26,8 +26,8 @@ const char* comm_op_name(CommOp op) {
 std::string CommStats::report() const {
   std::string out;
   char line[192];
-  std::snprintf(line, sizeof line, "%-20s %10s %16s %16s %12s %10s\n", "op", "calls", "bytes sent",
-                "bytes received", "seconds", "GB/s out");
+  std::snprintf(line, sizeof line, "%-20s %10s %16s %16s %12s %10s\n", "op", "calls", "bytes sent", "bytes received",
+                "seconds", "GB/s out");
   out += line;
   for (int i = 0; i < kCommOpCount; ++i) {
     const OpStats& s = ops_[static_cast<std::size_t>(i)];

@@ -49,8 +49,8 @@ Communicator::~Communicator() {
 }
 
 void Communicator::check_peer(int peer, const char* what) const {
-  SCALELAB_CHECK(peer >= 0 && peer < size_, what, " on rank ", rank_, ": peer ", peer, " is not a rank of this ",
-                 size_, "-rank communicator");
+  SCALELAB_CHECK(peer >= 0 && peer < size_, what, " on rank ", rank_, ": peer ", peer, " is not a rank of this ", size_,
+                 "-rank communicator");
 }
 
 void Communicator::check_buffer(const void* buf, std::size_t count, const char* what) const {

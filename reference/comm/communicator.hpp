@@ -117,11 +117,10 @@ class Communicator {
 
   virtual std::unique_ptr<RequestState> do_isend(const void* buf, std::size_t count, DataType type, int peer,
                                                  int tag) = 0;
-  virtual std::unique_ptr<RequestState> do_irecv(void* buf, std::size_t count, DataType type, int peer,
-                                                 int tag) = 0;
+  virtual std::unique_ptr<RequestState> do_irecv(void* buf, std::size_t count, DataType type, int peer, int tag) = 0;
   virtual void do_all_reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) = 0;
-  virtual std::unique_ptr<RequestState> do_iall_reduce(const void* send, void* recv, std::size_t count,
-                                                       DataType type, ReduceOp op) = 0;
+  virtual std::unique_ptr<RequestState> do_iall_reduce(const void* send, void* recv, std::size_t count, DataType type,
+                                                       ReduceOp op) = 0;
   virtual void do_reduce_scatter(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) = 0;
   virtual void do_all_gather(const void* send, void* recv, std::size_t count, DataType type) = 0;
   virtual void do_broadcast(void* buf, std::size_t count, DataType type, int root) = 0;

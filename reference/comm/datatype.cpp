@@ -64,8 +64,7 @@ void reduce_host(void* inout, const void* in, std::size_t count, DataType t, Red
       return reduce_typed(static_cast<std::int32_t*>(inout), static_cast<const std::int32_t*>(in), count, op);
     case DataType::kInt64:
       return reduce_typed(static_cast<std::int64_t*>(inout), static_cast<const std::int64_t*>(in), count, op);
-    case DataType::kFloat32:
-      return reduce_typed(static_cast<float*>(inout), static_cast<const float*>(in), count, op);
+    case DataType::kFloat32: return reduce_typed(static_cast<float*>(inout), static_cast<const float*>(in), count, op);
     case DataType::kFloat64:
       return reduce_typed(static_cast<double*>(inout), static_cast<const double*>(in), count, op);
   }

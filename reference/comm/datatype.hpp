@@ -22,12 +22,18 @@ const char* reduce_op_name(ReduceOp op);
 
 template <typename T>
 constexpr DataType dtype_of() {
-  if constexpr (std::is_same_v<T, float>) return DataType::kFloat32;
-  else if constexpr (std::is_same_v<T, double>) return DataType::kFloat64;
-  else if constexpr (std::is_same_v<T, std::int32_t>) return DataType::kInt32;
-  else if constexpr (std::is_same_v<T, std::int64_t>) return DataType::kInt64;
-  else if constexpr (std::is_same_v<T, std::uint8_t>) return DataType::kUInt8;
-  else static_assert(!sizeof(T), "no DataType for this element type");
+  if constexpr (std::is_same_v<T, float>)
+    return DataType::kFloat32;
+  else if constexpr (std::is_same_v<T, double>)
+    return DataType::kFloat64;
+  else if constexpr (std::is_same_v<T, std::int32_t>)
+    return DataType::kInt32;
+  else if constexpr (std::is_same_v<T, std::int64_t>)
+    return DataType::kInt64;
+  else if constexpr (std::is_same_v<T, std::uint8_t>)
+    return DataType::kUInt8;
+  else
+    static_assert(!sizeof(T), "no DataType for this element type");
 }
 
 // inout[i] = op(inout[i], in[i]) for i < count, on host memory: the one-rank backend's and the

@@ -38,8 +38,8 @@ class RecvState final : public RequestState {
 };
 
 void deliver(LocalCommunicator::PendingRecv& r, const void* data, std::size_t bytes) {
-  SCALELAB_CHECK(bytes <= r.capacity, "message of ", bytes, " bytes with tag ", r.tag, " does not fit the ",
-                 r.capacity, "-byte receive buffer");
+  SCALELAB_CHECK(bytes <= r.capacity, "message of ", bytes, " bytes with tag ", r.tag, " does not fit the ", r.capacity,
+                 "-byte receive buffer");
   if (bytes) std::memcpy(r.buf, data, bytes);
   r.done = true;
 }
@@ -84,8 +84,7 @@ std::unique_ptr<RequestState> LocalCommunicator::do_irecv(void* buf, std::size_t
   return std::make_unique<RecvState>(std::move(pending));
 }
 
-void LocalCommunicator::do_all_reduce(const void* send, void* recv, std::size_t count, DataType type,
-                                      ReduceOp /*op*/) {
+void LocalCommunicator::do_all_reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp /*op*/) {
   copy_if_distinct(recv, send, count * dtype_size(type));
 }
 

@@ -35,7 +35,8 @@ std::vector<Piece> incoming_pieces(const BlockPartition& blocks, std::size_t pie
   for (int s = 0; s < blocks.parts - 1; ++s) {
     const int b = block_at(s);
     const std::size_t begin = blocks.offset(b), end = begin + blocks.size(b);
-    for (std::size_t at = begin; at < end; at += piece_elems) pieces.push_back({s, at, std::min(piece_elems, end - at)});
+    for (std::size_t at = begin; at < end; at += piece_elems)
+      pieces.push_back({s, at, std::min(piece_elems, end - at)});
   }
   return pieces;
 }
@@ -190,7 +191,7 @@ void ring_all_reduce(Communicator& comm, T* data, std::size_t count, const RingO
   // LAB 04 END
 }
 
-#define SCALELAB_RING_DEFINE(T)                                                               \
+#define SCALELAB_RING_DEFINE(T)                                                             \
   template void ring_reduce_scatter<T>(Communicator&, T*, std::size_t, const RingOptions&); \
   template void ring_all_gather<T>(Communicator&, T*, std::size_t, const RingOptions&);     \
   template void ring_all_reduce<T>(Communicator&, T*, std::size_t, const RingOptions&);

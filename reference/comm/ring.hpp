@@ -39,7 +39,7 @@ void ring_all_gather(Communicator& comm, T* data, std::size_t count, const RingO
 template <typename T>
 void ring_all_reduce(Communicator& comm, T* data, std::size_t count, const RingOptions& options = {});
 
-#define SCALELAB_RING_DECLARE(T)                                                                     \
+#define SCALELAB_RING_DECLARE(T)                                                                   \
   extern template void ring_reduce_scatter<T>(Communicator&, T*, std::size_t, const RingOptions&); \
   extern template void ring_all_gather<T>(Communicator&, T*, std::size_t, const RingOptions&);     \
   extern template void ring_all_reduce<T>(Communicator&, T*, std::size_t, const RingOptions&);

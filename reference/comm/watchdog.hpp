@@ -26,9 +26,9 @@ namespace scalelab {
 class Watchdog {
  public:
   struct Slot {
-    int rank = 0;        // in the communicator
-    int size = 1;        // of the communicator
-    int world_rank = 0;  // in the whole job, for the message
+    int rank = 0;                              // in the communicator
+    int size = 1;                              // of the communicator
+    int world_rank = 0;                        // in the whole job, for the message
     std::atomic<std::int64_t> armed_at_ns{0};  // 0: not inside a blocking call
     std::atomic<int> op{0};
     std::atomic<int> peer{-1};

@@ -7,8 +7,8 @@
 namespace scalelab {
 
 template <typename F>
-inline void gemm(bool trans_a, bool trans_b, int m, int n, int k, F alpha, const F* a, int lda,
-                 const F* b, int ldb, F beta, F* c, int ldc) {
+inline void gemm(bool trans_a, bool trans_b, int m, int n, int k, F alpha, const F* a, int lda, const F* b, int ldb,
+                 F beta, F* c, int ldc) {
   const auto ta = trans_a ? CblasTrans : CblasNoTrans;
   const auto tb = trans_b ? CblasTrans : CblasNoTrans;
   if constexpr (sizeof(F) == sizeof(float)) {

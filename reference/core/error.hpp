@@ -32,18 +32,16 @@ std::string concat(const Parts&... parts) {
 
 // require(cond, "setting", "what is wrong", "the fix") throws a ConfigError whose message
 // reads: `<setting>: <what is wrong>; <the fix>`.
-inline void require(bool condition, const std::string& setting, const std::string& problem,
-                    const std::string& fix) {
+inline void require(bool condition, const std::string& setting, const std::string& problem, const std::string& fix) {
   if (!condition) throw ConfigError(setting + ": " + problem + "; " + fix);
 }
 
 }  // namespace scalelab
 
 // SCALELAB_CHECK(cond, parts...) throws scalelab::Error with file:line for internal invariants.
-#define SCALELAB_CHECK(cond, ...)                                                         \
-  do {                                                                                    \
-    if (!(cond))                                                                          \
-      throw ::scalelab::Error(::scalelab::detail::concat(__FILE__, ":", __LINE__, ": ", \
-                                                         "check failed (" #cond "): ",    \
-                                                         __VA_ARGS__));                   \
+#define SCALELAB_CHECK(cond, ...)                                                                                \
+  do {                                                                                                           \
+    if (!(cond))                                                                                                 \
+      throw ::scalelab::Error(                                                                                   \
+          ::scalelab::detail::concat(__FILE__, ":", __LINE__, ": ", "check failed (" #cond "): ", __VA_ARGS__)); \
   } while (0)

@@ -8,8 +8,8 @@
 namespace scalelab {
 
 TokenSplit split_tokens(const std::vector<std::uint16_t>& tokens, double val_fraction, int T) {
-  require(val_fraction > 0 && val_fraction < 1, "val_fraction", "must be in (0, 1), got " + std::to_string(val_fraction),
-          "e.g. 0.1");
+  require(val_fraction > 0 && val_fraction < 1, "val_fraction",
+          "must be in (0, 1), got " + std::to_string(val_fraction), "e.g. 0.1");
   const std::size_t n_val = static_cast<std::size_t>(tokens.size() * val_fraction);
   const std::size_t n_train = tokens.size() - n_val;
   const std::size_t need = static_cast<std::size_t>(T) + 1;

@@ -44,17 +44,17 @@ void write_token_shard(const std::string& path, const std::vector<std::uint16_t>
 
 static std::vector<std::uint16_t> parse_shard(const std::string& bytes, const std::string& path) {
   const std::string what = "data file '" + path + "'";
-  require(bytes.size() >= 1024, "data", what + " is shorter than a shard header (1024 bytes)",
-          "regenerate the shard");
+  require(bytes.size() >= 1024, "data", what + " is shorter than a shard header (1024 bytes)", "regenerate the shard");
   std::int32_t header[256];
   std::memcpy(header, bytes.data(), sizeof header);
-  require(header[1] == kShardVersion, "data", what + " has shard version " + std::to_string(header[1]) +
-          ", expected " + std::to_string(kShardVersion), "regenerate the shard with this version");
+  require(header[1] == kShardVersion, "data",
+          what + " has shard version " + std::to_string(header[1]) + ", expected " + std::to_string(kShardVersion),
+          "regenerate the shard with this version");
   const long long n = header[2];
   const long long expect = 1024 + 2 * n;
   require(n >= 0 && static_cast<long long>(bytes.size()) == expect, "data",
-          what + " header says " + std::to_string(n) + " tokens (" + std::to_string(expect) + " bytes) but the file has " +
-              std::to_string(bytes.size()) + " bytes",
+          what + " header says " + std::to_string(n) + " tokens (" + std::to_string(expect) +
+              " bytes) but the file has " + std::to_string(bytes.size()) + " bytes",
           "the shard is truncated or corrupt; regenerate it");
   std::vector<std::uint16_t> tokens(static_cast<std::size_t>(n));
   if (n) std::memcpy(tokens.data(), bytes.data() + 1024, static_cast<std::size_t>(n) * 2);

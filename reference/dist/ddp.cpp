@@ -55,8 +55,9 @@ void check_replicas_agree(Communicator& comm, const std::string& description) {
   comm.all_reduce(flags.data(), flags.size(), ReduceOp::kSum);
   for (int r = 0; r < comm.size(); ++r)
     if (flags[r])
-      throw ConfigError("ddp: rank " + std::to_string(r) + " was started with different settings than rank 0 (rank 0: " +
-                        root + (comm.rank() == r ? "; this rank: " + description : "") +
+      throw ConfigError("ddp: rank " + std::to_string(r) +
+                        " was started with different settings than rank 0 (rank 0: " + root +
+                        (comm.rank() == r ? "; this rank: " + description : "") +
                         "); start every rank with the same --config, --seed, --batch and data");
 }
 
@@ -73,8 +74,9 @@ DataParallel::DataParallel(Communicator& comm, TrainModel& model, const DdpOptio
                       (on_device ? "give DDP a device communicator (NCCL, or the host-staging adapter over MPI)"
                                  : "use a host-memory backend (local or mpi) with --device cpu"));
   if (on_device && options_.algorithm == DdpOptions::Algorithm::kRing)
-    throw ConfigError("allreduce: ring adds the received pieces on the host, so it cannot reduce GPU gradients; use "
-                      "--allreduce builtin with --device cuda");
+    throw ConfigError(
+        "allreduce: ring adds the received pieces on the host, so it cannot reduce GPU gradients; use "
+        "--allreduce builtin with --device cuda");
   ranges_ = plan_buckets(model_.layout(), options_.first_bucket_bytes, options_.bucket_bytes);
   if (options_.mode == DdpOptions::Mode::kBucketed)
     model_.set_grad_ready_hook([this](std::size_t offset) { on_grads_ready(offset); });
@@ -95,8 +97,10 @@ void DataParallel::begin_step(int micro_batches) {
 }
 
 void DataParallel::all_reduce_now(float* data, std::size_t count) {
-  if (options_.algorithm == DdpOptions::Algorithm::kRing) ring_all_reduce(comm_, data, count);
-  else comm_.all_reduce(data, count, ReduceOp::kSum);
+  if (options_.algorithm == DdpOptions::Algorithm::kRing)
+    ring_all_reduce(comm_, data, count);
+  else
+    comm_.all_reduce(data, count, ReduceOp::kSum);
 }
 
 void DataParallel::launch(Bucket& b) {

@@ -33,7 +33,7 @@ struct DdpOptions {
   enum class Algorithm { kBuiltin, kRing };  // the backend's all-reduce, or comm/ring.hpp's
   Mode mode = Mode::kBucketed;
   Algorithm algorithm = Algorithm::kBuiltin;
-  std::size_t bucket_bytes = std::size_t(25) << 20;      // PyTorch's default bucket_cap_mb
+  std::size_t bucket_bytes = std::size_t(25) << 20;       // PyTorch's default bucket_cap_mb
   std::size_t first_bucket_bytes = std::size_t(1) << 20;  // PyTorch's first bucket
   // "naive" or "bucketed"; "builtin" or "ring"; ConfigError otherwise.
   static Mode parse_mode(const std::string& text);
@@ -98,9 +98,9 @@ class DataParallel {
   DdpOptions options_;
   std::vector<std::pair<std::size_t, std::size_t>> ranges_;
   std::vector<Bucket> buckets_;
-  std::size_t next_ = 0;           // the next bucket to launch
-  int backwards_left_ = 0;         // backward passes before the communicating one
-  bool active_ = false;            // this backward communicates
+  std::size_t next_ = 0;      // the next bucket to launch
+  int backwards_left_ = 0;    // backward passes before the communicating one
+  bool active_ = false;       // this backward communicates
   bool notified_ = false;     // the communicating backward has sent its first notification
   double last_ready_us_ = 0;  // when the previous notification was handled
   Timeline timeline_;

@@ -52,10 +52,11 @@ void DdpStrategy::attach(const StrategyContext& ctx) {
 
 std::string DdpStrategy::describe() const {
   const int d = comm_.size();
-  const std::string how =
-      options_.mode == DdpOptions::Mode::kNaive
-          ? "naive (" + std::to_string(ddp_->bucket_count()) + " all-reduces, one per tensor, after backward)"
-          : "bucketed (" + std::to_string(ddp_->bucket_count()) + " buckets, launched during backward)";
+  const std::string how = options_.mode == DdpOptions::Mode::kNaive
+                              ? "naive (" + std::to_string(ddp_->bucket_count()) +
+                                    " all-reduces, one per tensor, after backward)"
+                              : "bucketed (" + std::to_string(ddp_->bucket_count()) +
+                                    " buckets, launched during backward)";
   const std::string algorithm = options_.algorithm == DdpOptions::Algorithm::kRing
                                     ? "ring (ours, blocking)"
                                     : std::string("builtin (non-blocking, ") + grad_comm_->backend() + ")";
@@ -72,8 +73,8 @@ double DdpStrategy::run_micro_batches(TrainModel& model, const GlobalBatch& batc
   const int d = comm_.size(), local = batch.rows / d;
   const std::size_t offset = static_cast<std::size_t>(comm_.rank()) * local * batch.T;
   // Scaling each rank's loss by 1/d makes the sum over ranks the gradient of the mean loss.
-  return accumulate_gradients(model, batch.inputs + offset, batch.targets + offset, local, batch.T,
-                              batch.micro_batches, loss_scale / d);
+  return accumulate_gradients(model, batch.inputs + offset, batch.targets + offset, local, batch.T, batch.micro_batches,
+                              loss_scale / d);
 }
 
 void DdpStrategy::sync_gradients(TrainModel& /*model*/) {

@@ -39,8 +39,8 @@ class Assembly {
       : layout_(config), values_(layout_.num_params(), 0.0f), taken_(layout_.num_params(), false) {}
 
   // Places one contribution of `rank`; returns an error message, empty when it fits.
-  std::string place(int rank, const std::string& name, int dim, std::size_t begin, std::size_t end,
-                    std::size_t numel, const float* data) {
+  std::string place(int rank, const std::string& name, int dim, std::size_t begin, std::size_t end, std::size_t numel,
+                    const float* data) {
     const ParamTensor* t = layout_.find_if_held(name);
     const std::string who = "rank " + std::to_string(rank) + "'s tensor " + name;
     if (!t) return who + " is not a tensor of this config";
@@ -83,8 +83,7 @@ class Assembly {
 };
 
 // Rank 0 parses one rank's header and places its values; returns an error message or empty.
-std::string place_all(Assembly& assembly, int rank, const std::string& header, const float* values,
-                      std::size_t count) {
+std::string place_all(Assembly& assembly, int rank, const std::string& header, const float* values, std::size_t count) {
   std::istringstream is(header);
   std::string name;
   int dim = 0;

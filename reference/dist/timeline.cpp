@@ -23,11 +23,18 @@ std::string Timeline::chrome_trace_json(int rank) const {
   nlohmann::json events = nlohmann::json::array();
   const char* tracks[] = {"compute", "communication"};
   for (int t = 0; t < 2; ++t)
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", t}, {"args", {{"name", tracks[t]}}}});
-  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", rank}, {"args", {{"name", "rank " + std::to_string(rank)}}}});
+    events.push_back(
+        {{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", t}, {"args", {{"name", tracks[t]}}}});
+  events.push_back(
+      {{"name", "process_name"}, {"ph", "M"}, {"pid", rank}, {"args", {{"name", "rank " + std::to_string(rank)}}}});
   for (const auto& e : events_)
-    events.push_back({{"name", e.name}, {"cat", e.category}, {"ph", "X"}, {"pid", rank}, {"tid", e.track},
-                      {"ts", e.start_us}, {"dur", e.duration_us}});
+    events.push_back({{"name", e.name},
+                      {"cat", e.category},
+                      {"ph", "X"},
+                      {"pid", rank},
+                      {"tid", e.track},
+                      {"ts", e.start_us},
+                      {"dur", e.duration_us}});
   return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
 }
 
@@ -44,8 +51,10 @@ std::vector<std::pair<double, double>> merged_spans(const std::vector<TimelineEv
     if (e.category == category) spans.emplace_back(e.start_us, e.start_us + e.duration_us);
   std::sort(spans.begin(), spans.end());
   for (const auto& span : spans) {
-    if (merged.empty() || span.first > merged.back().second) merged.push_back(span);
-    else merged.back().second = std::max(merged.back().second, span.second);
+    if (merged.empty() || span.first > merged.back().second)
+      merged.push_back(span);
+    else
+      merged.back().second = std::max(merged.back().second, span.second);
   }
   return merged;
 }

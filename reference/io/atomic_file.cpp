@@ -22,7 +22,8 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
   std::filesystem::rename(tmp, path, ec);
   if (ec) {
     std::remove(tmp.c_str());
-    throw ConfigError("output: cannot rename '" + tmp + "' to '" + path + "' (" + ec.message() + "); check permissions");
+    throw ConfigError("output: cannot rename '" + tmp + "' to '" + path + "' (" + ec.message() +
+                      "); check permissions");
   }
 }
 

@@ -43,8 +43,9 @@ T parse_field(const std::map<std::string, std::string>& md, const std::string& k
 }
 
 std::string shape_summary(const GPTConfig& c) {
-  return "V=" + std::to_string(c.vocab_size) + " T=" + std::to_string(c.max_seq_len) + " C=" +
-         std::to_string(c.channels) + " L=" + std::to_string(c.num_layers) + " NH=" + std::to_string(c.num_heads);
+  return "V=" + std::to_string(c.vocab_size) + " T=" + std::to_string(c.max_seq_len) +
+         " C=" + std::to_string(c.channels) + " L=" + std::to_string(c.num_layers) +
+         " NH=" + std::to_string(c.num_heads);
 }
 
 }  // namespace
@@ -91,8 +92,7 @@ TrainCheckpoint load_checkpoint(const std::string& path, const GPTConfig* expect
   const auto fmt = md.find("format");
   require(fmt != md.end(), where, "the file has no \"format\" metadata, so it is not a scalelab training checkpoint",
           "pass a file written by save_checkpoint (model weights alone are loaded with load_weights)");
-  require(fmt->second == kFormat, where,
-          "its format is '" + fmt->second + "' but this version reads '" + kFormat + "'",
+  require(fmt->second == kFormat, where, "its format is '" + fmt->second + "' but this version reads '" + kFormat + "'",
           "pass a file written by save_checkpoint (model weights alone are loaded with load_weights)");
 
   TrainCheckpoint ck;
@@ -116,8 +116,8 @@ TrainCheckpoint load_checkpoint(const std::string& path, const GPTConfig* expect
   ck.batches_served = parse_field<std::uint64_t>(md, "batches_served", where);
   ck.loss_scale = parse_field<double>(md, "loss_scale", where);
   ck.loss_scale_clean_steps = parse_field<long>(md, "loss_scale_clean_steps", where);
-  require(ck.step >= 0 && ck.loss_scale_clean_steps >= 0 && std::isfinite(ck.loss_scale) && ck.loss_scale >= 0,
-          where, "step, loss_scale or loss_scale_clean_steps is negative or not finite", "the file is damaged");
+  require(ck.step >= 0 && ck.loss_scale_clean_steps >= 0 && std::isfinite(ck.loss_scale) && ck.loss_scale >= 0, where,
+          "step, loss_scale or loss_scale_clean_steps is negative or not finite", "the file is damaged");
   // The lr schedule: absent from checkpoints written before it was stored, which ran at a
   // constant lr (the LrSchedule default); when present, every field must be.
   const auto schedule = md.find("lr_schedule");
@@ -159,15 +159,15 @@ TrainCheckpoint load_checkpoint(const std::string& path, const GPTConfig* expect
             "the file is not a complete training checkpoint; use one written by save_checkpoint");
     const auto& e = file.entries().at(t);
     require(e.dtype == "F32" && e.shape.size() == 1 && e.shape[0] == n, where,
-            "tensor '" + t + "' is " + e.dtype + " with " + std::to_string(e.numel()) + " values but config " +
-                c.name + " (" + shape_summary(c) + ") needs F32 with " + std::to_string(n),
+            "tensor '" + t + "' is " + e.dtype + " with " + std::to_string(e.numel()) + " values but config " + c.name +
+                " (" + shape_summary(c) + ") needs F32 with " + std::to_string(n),
             "the file is damaged or was edited; use another checkpoint");
     *parts[i] = file.read_f32(t);
   }
   for (const auto& [tname, e] : file.entries()) {
     (void)e;
-    require(tname == "params" || tname == "adam.m" || tname == "adam.v", where,
-            "unexpected tensor '" + tname + "'", "use a checkpoint written by save_checkpoint");
+    require(tname == "params" || tname == "adam.m" || tname == "adam.v", where, "unexpected tensor '" + tname + "'",
+            "use a checkpoint written by save_checkpoint");
   }
   return ck;
 }

@@ -16,11 +16,11 @@ namespace scalelab {
 struct TrainCheckpoint {
   GPTConfig config;
   std::vector<float> params, adam_m, adam_v;  // each num_params long, in ParamLayout order
-  long step = 0;                     // optimizer steps taken
-  std::uint64_t data_rng_state = 0;  // DataLoader::rng_state()
-  std::uint64_t batches_served = 0;  // DataLoader::batches_served()
-  double loss_scale = 0;             // mixed precision's dynamic loss scale (0: not used)
-  long loss_scale_clean_steps = 0;   // steps since the scale last changed
+  long step = 0;                              // optimizer steps taken
+  std::uint64_t data_rng_state = 0;           // DataLoader::rng_state()
+  std::uint64_t batches_served = 0;           // DataLoader::batches_served()
+  double loss_scale = 0;                      // mixed precision's dynamic loss scale (0: not used)
+  long loss_scale_clean_steps = 0;            // steps since the scale last changed
   // The run's lr schedule and the step count it spans (LrSchedule::lr_at's total_steps: the
   // first run's --steps), so that a resumed run follows the same lr curve. Checkpoints written
   // before these were stored load as constant with total_steps 0.

@@ -1,10 +1,10 @@
 // posix_spawnp and waitpid, with the wait status decoded.
 #include "io/process.hpp"
 
-#include <cerrno>
-#include <cstring>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <cerrno>
+#include <cstring>
 
 #include "core/error.hpp"
 

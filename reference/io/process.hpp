@@ -12,7 +12,7 @@ namespace scalelab {
 struct ProcessResult {
   bool exited = false;  // ended by exit(): exit_code is valid
   int exit_code = -1;
-  int signal = 0;       // killed by this signal (when !exited)
+  int signal = 0;  // killed by this signal (when !exited)
   bool ok() const { return exited && exit_code == 0; }
   // "exited with status 2", "was killed by signal 9 (Killed)".
   std::string describe() const;

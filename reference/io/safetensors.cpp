@@ -25,9 +25,10 @@ static_assert(std::endian::native == std::endian::little, "safetensors I/O assum
 namespace {
 
 // Every dtype of the safetensors specification with its element size in bytes.
-constexpr std::pair<const char*, std::size_t> kDtypes[] = {
-    {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2}, {"U16", 2}, {"F16", 2},
-    {"BF16", 2}, {"I32", 4}, {"U32", 4}, {"F32", 4},     {"F64", 8},     {"I64", 8}, {"U64", 8}};
+constexpr std::pair<const char*, std::size_t> kDtypes[] = {{"BOOL", 1},    {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1},
+                                                           {"F8_E4M3", 1}, {"I16", 2}, {"U16", 2}, {"F16", 2},
+                                                           {"BF16", 2},    {"I32", 4}, {"U32", 4}, {"F32", 4},
+                                                           {"F64", 8},     {"I64", 8}, {"U64", 8}};
 
 // Bytes per element, 0 for an unknown dtype.
 std::size_t dtype_size(const std::string& dtype) {
@@ -83,8 +84,8 @@ void write_safetensors(const std::string& path, const std::vector<TensorRef>& te
   std::vector<std::size_t> sizes;
   std::size_t offset = 0;
   for (const auto& t : tensors) {
-    require(!t.name.empty() && t.name != "__metadata__", where,
-            "tensor name '" + t.name + "' is empty or reserved", "give the tensor another name");
+    require(!t.name.empty() && t.name != "__metadata__", where, "tensor name '" + t.name + "' is empty or reserved",
+            "give the tensor another name");
     require(names.insert(t.name).second, where, "tensor '" + t.name + "' is listed twice",
             "give every tensor a unique name");
     const std::size_t elem = dtype_size(t.dtype);
@@ -144,8 +145,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path, const std::string& kin
   std::uint64_t header_len = 0;
   std::memcpy(&header_len, bytes_.data(), 8);
   require(header_len <= file_size - 8, where,
-          "the header length " + std::to_string(header_len) + " is larger than the " +
-              std::to_string(file_size - 8) + " bytes that follow it",
+          "the header length " + std::to_string(header_len) + " is larger than the " + std::to_string(file_size - 8) +
+              " bytes that follow it",
           "the file is truncated or not a safetensors file; write it again");
   data_start_ = 8 + static_cast<std::size_t>(header_len);
   const std::size_t data_size = file_size - data_start_;
@@ -168,8 +169,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path, const std::string& kin
     if (key == "__metadata__") {
       require(value.is_object(), where, "\"__metadata__\" is not an object", "it must map strings to strings");
       for (const auto& [mk, mv] : value.items()) {
-        require(mv.is_string(), where, "\"__metadata__\" value of '" + mk + "' is a " + mv.type_name() +
-                "; the format allows only strings", "store the value as a string");
+        require(mv.is_string(), where,
+                "\"__metadata__\" value of '" + mk + "' is a " + mv.type_name() + "; the format allows only strings",
+                "store the value as a string");
         metadata_[mk] = mv.get<std::string>();
       }
       continue;
@@ -185,8 +187,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path, const std::string& kin
             "the format's dtypes are " + known_dtypes() + "; write the file again with one of them");
     require(value.contains("shape") && value["shape"].is_array(), where, t + " has no \"shape\" array", kCorruptFix);
     for (const auto& d : value["shape"]) {
-      require(d.is_number_unsigned(), where, t + " has shape " + value["shape"].dump() +
-              ", whose entries are not all non-negative integers", kCorruptFix);
+      require(d.is_number_unsigned(), where,
+              t + " has shape " + value["shape"].dump() + ", whose entries are not all non-negative integers",
+              kCorruptFix);
       e.shape.push_back(d.get<std::size_t>());
     }
     const auto& off = value.contains("data_offsets") ? value["data_offsets"] : nlohmann::json();
@@ -196,8 +199,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path, const std::string& kin
     e.end = off[1].get<std::size_t>();
     const std::string offsets = "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "]";
     require(e.begin <= e.end, where, t + " has " + offsets + " with begin after end", kCorruptFix);
-    require(e.end <= data_size, where, t + " has " + offsets + " beyond the data area of " +
-            std::to_string(data_size) + " bytes", "the file is truncated or damaged; write it again");
+    require(e.end <= data_size, where,
+            t + " has " + offsets + " beyond the data area of " + std::to_string(data_size) + " bytes",
+            "the file is truncated or damaged; write it again");
     std::size_t bytes = 0;
     require(tensor_bytes(e.shape, elem, &bytes) && bytes == e.end - e.begin, where,
             t + " has " + offsets + " (" + std::to_string(e.end - e.begin) + " bytes) but dtype " + e.dtype +
@@ -228,8 +232,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path, const std::string& kin
     covered = r.end;
   }
   require(covered == data_size, where,
-          std::to_string(data_size - covered) + " bytes at the end of the data area belong to no tensor",
-          kCorruptFix);
+          std::to_string(data_size - covered) + " bytes at the end of the data area belong to no tensor", kCorruptFix);
 }
 
 const SafetensorsFile::Entry& SafetensorsFile::entry(const std::string& name) const {
@@ -297,8 +300,8 @@ void load_weights_impl(const std::string& path, const ParamLayout& layout, float
   const std::string where = "weights '" + path + "'";
   const SafetensorsFile file(path, "weights");
   const auto cfg = file.metadata().find("config");
-  const std::string saved_for =
-      cfg == file.metadata().end() ? std::string() : " (the file was saved for config '" + cfg->second + "')";
+  const std::string saved_for = cfg == file.metadata().end() ? std::string()
+                                                             : " (the file was saved for config '" + cfg->second + "')";
   const std::string fix = "load weights saved for the same config";
   std::set<std::string> expected;
   for (const auto& t : layout.tensors()) {
@@ -319,8 +322,10 @@ void load_weights_impl(const std::string& path, const ParamLayout& layout, float
       const auto& wte = file.entries().at(kWte);
       const bool same = e.dtype == "F32" && e.shape == wte.shape &&
                         std::memcmp(file.raw(name), file.raw(kWte), wte.end - wte.begin) == 0;
-      require(same, where, "tensor lm_head.weight differs from transformer.wte.weight, but scalelab ties the LM head "
-              "to the token embedding", "export weights of a model with a tied LM head (nanoGPT's default)");
+      require(same, where,
+              "tensor lm_head.weight differs from transformer.wte.weight, but scalelab ties the LM head "
+              "to the token embedding",
+              "export weights of a model with a tied LM head (nanoGPT's default)");
       continue;
     }
     require(false, where, "unexpected tensor " + name + ", which " + model + " does not have" + saved_for, fix);

@@ -14,13 +14,16 @@ template <typename Id>
 std::size_t first_outside(const Id* ids, std::size_t n, int vocab_size) {
   const long long V = vocab_size;  // wide enough for int and uint16 ids alike
   return static_cast<std::size_t>(
-      std::find_if(ids, ids + n, [V](Id t) { return static_cast<long long>(t) < 0 || static_cast<long long>(t) >= V; }) -
+      std::find_if(ids, ids + n,
+                   [V](Id t) { return static_cast<long long>(t) < 0 || static_cast<long long>(t) >= V; }) -
       ids);
 }
 
 }  // namespace
 
-std::size_t first_id_outside(const int* ids, std::size_t n, int vocab_size) { return first_outside(ids, n, vocab_size); }
+std::size_t first_id_outside(const int* ids, std::size_t n, int vocab_size) {
+  return first_outside(ids, n, vocab_size);
+}
 
 std::size_t first_id_outside(const std::uint16_t* ids, std::size_t n, int vocab_size) {
   return first_outside(ids, n, vocab_size);
@@ -48,8 +51,8 @@ void check_data_tokens(const std::uint16_t* tokens, std::size_t n, const GPTConf
   const std::size_t i = first_id_outside(tokens, n, config.vocab_size);
   if (i == n) return;
   throw ConfigError("data: token " + std::to_string(tokens[i]) + " at position " + std::to_string(i) +
-                    " is outside the vocabulary of config '" + config.name + "' (V=" +
-                    std::to_string(config.vocab_size) +
+                    " is outside the vocabulary of config '" + config.name +
+                    "' (V=" + std::to_string(config.vocab_size) +
                     "); use a data file tokenized for this vocabulary (text files give bytes: V >= 256)");
 }
 

@@ -50,10 +50,9 @@ void block_backward(F* dres, const BlockView<F>& g, const BlockActs<F>& a, const
   // LAB 00 END
 }
 
-#define SCALELAB_INSTANTIATE(F)                                                                                \
-  template void block_forward<F>(BlockActs<F>&, const BlockView<F>&, const F*, BlockScratch<F>&, int, int, int, \
-                                 int);                                                                          \
-  template void block_backward<F>(F*, const BlockView<F>&, const BlockActs<F>&, const BlockView<F>&, const F*,  \
+#define SCALELAB_INSTANTIATE(F)                                                                                       \
+  template void block_forward<F>(BlockActs<F>&, const BlockView<F>&, const F*, BlockScratch<F>&, int, int, int, int); \
+  template void block_backward<F>(F*, const BlockView<F>&, const BlockActs<F>&, const BlockView<F>&, const F*,        \
                                   BlockScratch<F>&, int, int, int, int);
 SCALELAB_INSTANTIATE(float)
 SCALELAB_INSTANTIATE(double)

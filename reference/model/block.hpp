@@ -70,8 +70,7 @@ struct BlockScratch {
 
 // Forward of block `w` on input x (B,T,C); fills `a`.
 template <typename F>
-void block_forward(BlockActs<F>& a, const BlockView<F>& w, const F* x, BlockScratch<F>& s, int B, int T, int C,
-                   int NH);
+void block_forward(BlockActs<F>& a, const BlockView<F>& w, const F* x, BlockScratch<F>& s, int B, int T, int C, int NH);
 // Backward: on entry dres (B,T,C) holds d loss / d block output; on exit d loss / d block input x.
 // Parameter gradients accumulate into g.
 template <typename F>

@@ -68,9 +68,9 @@ void walk_blocks_forward(BlockRunner& model, const CheckpointPolicy& policy);
 void walk_blocks_backward(BlockRunner& model, const CheckpointPolicy& policy);
 
 // The walk's pieces, one per policy (lab 02 writes the last three).
-void forward_blocks_all(BlockRunner& model);                   // none, selective: slot l = block l
-void backward_blocks_all(BlockRunner& model);                  // none
-void forward_blocks_checkpointed(BlockRunner& model, int k);   // every:K, sqrt (segments of k)
+void forward_blocks_all(BlockRunner& model);                  // none, selective: slot l = block l
+void backward_blocks_all(BlockRunner& model);                 // none
+void forward_blocks_checkpointed(BlockRunner& model, int k);  // every:K, sqrt (segments of k)
 void backward_blocks_checkpointed(BlockRunner& model, int k);
 void backward_blocks_selective(BlockRunner& model);
 

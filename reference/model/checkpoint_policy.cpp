@@ -27,13 +27,24 @@ CheckpointPolicy CheckpointPolicy::parse(const std::string& text) {
   CheckpointPolicy p;
   const std::string fix = "use none, every, every:K (K >= 1), sqrt or selective";
   if (text == "none") return p;
-  if (text == "sqrt") { p.kind = Kind::kSqrtL; return p; }
-  if (text == "selective") { p.kind = Kind::kSelective; return p; }
-  if (text == "every") { p.kind = Kind::kEveryK; return p; }
+  if (text == "sqrt") {
+    p.kind = Kind::kSqrtL;
+    return p;
+  }
+  if (text == "selective") {
+    p.kind = Kind::kSelective;
+    return p;
+  }
+  if (text == "every") {
+    p.kind = Kind::kEveryK;
+    return p;
+  }
   if (text.rfind("every:", 0) == 0) {
     const std::string k = text.substr(6);
-    const bool digits = !k.empty() && k.size() < 7 && std::all_of(k.begin(), k.end(), [](char c) { return c >= '0' && c <= '9'; });
-    require(digits && std::stoi(k) >= 1, "checkpoint", "'" + text + "' needs a positive block count after 'every:'", fix);
+    const bool digits = !k.empty() && k.size() < 7 &&
+                        std::all_of(k.begin(), k.end(), [](char c) { return c >= '0' && c <= '9'; });
+    require(digits && std::stoi(k) >= 1, "checkpoint", "'" + text + "' needs a positive block count after 'every:'",
+            fix);
     p.kind = Kind::kEveryK;
     p.every = std::stoi(k);
     return p;

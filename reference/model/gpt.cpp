@@ -61,10 +61,14 @@ ModelSlice resolved(const GPTConfig& config, ModelSlice slice) {
 
 template <typename F>
 GPTModel<F>::GPTModel(const GPTConfig& config, MemoryTracker* tracker, const ModelSlice& slice)
-    : config_(config), slice_(resolved(config, slice)), layout_(config, slice_), tracker_(tracker),
+    : config_(config),
+      slice_(resolved(config, slice)),
+      layout_(config, slice_),
+      tracker_(tracker),
       params_(layout_.num_params(), MemCategory::kParams, tracker),
       grads_(layout_.num_params(), MemCategory::kGrads, tracker),
-      w_(make_param_view(config_, slice_, params_.data())), g_(make_param_view(config_, slice_, grads_.data())) {
+      w_(make_param_view(config_, slice_, params_.data())),
+      g_(make_param_view(config_, slice_, grads_.data())) {
   for (int l = 0; l < slice_.num_layers; ++l)
     block_offsets_.push_back(
         layout_.find("transformer.h." + std::to_string(slice_.first_layer + l) + ".ln_1.weight").offset);
@@ -137,7 +141,7 @@ void GPTModel<F>::ensure_buffers(int B, int T) {
   const int C = config_.channels, V = config_.vocab_size;
   const std::size_t BT = static_cast<std::size_t>(B) * T, BTC = BT * C;
   const std::size_t BTV = slice_.head ? BT * V : 0;  // dlogits only with the head
-  act_buffer_ = Buffer<F>();  // free the old ones first, so the peak is not their sum
+  act_buffer_ = Buffer<F>();                         // free the old ones first, so the peak is not their sum
   scratch_buffer_ = Buffer<F>();
   act_buffer_ = Buffer<F>(activation_elements(config_, B, T, policy_, slice_), MemCategory::kActivations, tracker_);
   assign_activations(B, T);
@@ -223,8 +227,7 @@ void GPTModel<F>::backward(F loss_scale) {
   crossentropy_backward(dlogits_, acts_.probs, targets_.data(), loss_scale / F(N), N, V);
   matmul_backward<F>(dlnf_, g.wte, nullptr, dlogits_, acts_.lnf, w.wte, N, C, V);
   std::fill(dres_, dres_ + static_cast<std::size_t>(N) * C, F(0));
-  layernorm_backward(dres_, g.lnf_w, g.lnf_b, dlnf_, acts_.final_input, w.lnf_w, acts_.lnf_mean, acts_.lnf_rstd, N,
-                     C);
+  layernorm_backward(dres_, g.lnf_w, g.lnf_b, dlnf_, acts_.final_input, w.lnf_w, acts_.lnf_mean, acts_.lnf_rstd, N, C);
   backward_blocks(w, g);
   if (slice_.embeddings) encoder_backward(g.wte, g.wpe, dres_, tokens_.data(), B, T, C);
   // LAB 00 END
@@ -295,7 +298,8 @@ void GPTModel<F>::store_output(ActPlace x) {
 template <typename F>
 void GPTModel<F>::recompute_attention(int /*block*/, int slot) {
   BlockActs<F>& a = acts_.blocks[slot];
-  attention_forward(scratch_.proj, a.att, a.qkv, acts_.B, acts_.T, config_.channels, config_.num_heads);  // output discarded
+  attention_forward(scratch_.proj, a.att, a.qkv, acts_.B, acts_.T, config_.channels,
+                    config_.num_heads);  // output discarded
   ++attention_recomputes_;
 }
 

@@ -37,11 +37,11 @@ struct Activations {
   std::vector<F*> boundaries;        // segment s's input (B,T,C); [0] is `encoded`
   F* final_input;                    // (B,T,C)  the last block's output, ln_f's input
   // The head's (null for a slice without the head):
-  F* lnf = nullptr;                  // (B,T,C)
-  F* lnf_mean = nullptr;             // (B,T)
-  F* lnf_rstd = nullptr;             // (B,T)
-  F* probs = nullptr;                // (B,T,V)  softmax of the logits (computed in place)
-  F* losses = nullptr;               // (B,T)
+  F* lnf = nullptr;       // (B,T,C)
+  F* lnf_mean = nullptr;  // (B,T)
+  F* lnf_rstd = nullptr;  // (B,T)
+  F* probs = nullptr;     // (B,T,V)  softmax of the logits (computed in place)
+  F* losses = nullptr;    // (B,T)
 };
 
 // The head's saved activations (after the blocks'), as every model lays them out (the fp32, the
@@ -170,8 +170,8 @@ class GPTModel : private BlockRunner {
   Buffer<F> act_buffer_, scratch_buffer_;
   Activations<F> acts_;
   BlockScratch<F> scratch_{};
-  F* dres_ = nullptr;  // (B,T,C) gradient of the residual stream
-  F* dlnf_ = nullptr;  // (B,T,C)
+  F* dres_ = nullptr;     // (B,T,C) gradient of the residual stream
+  F* dlnf_ = nullptr;     // (B,T,C)
   F* dlogits_ = nullptr;  // (B,T,V)  (null without the head)
   std::vector<int> tokens_, targets_;
   CheckpointPolicy policy_;

@@ -10,7 +10,8 @@ namespace scalelab {
 void ModelSlice::validate(const GPTConfig& config) const {
   const int L = config.num_layers, n = count(config);
   const std::string fix = "give a slice of blocks [first, first + n) with n >= 1 inside the model's " +
-                          std::to_string(L) + " layers; only the first block's slice may hold the embeddings, "
+                          std::to_string(L) +
+                          " layers; only the first block's slice may hold the embeddings, "
                           "only the last block's the head";
   require(first_layer >= 0 && n >= 1 && first_layer + n <= L, "slice",
           "layers [" + std::to_string(first_layer) + ", " + std::to_string(first_layer + n) + ") are not inside [0, " +
@@ -95,12 +96,18 @@ ParamView<F> make_param_view(const GPTConfig& config, const ModelSlice& slice, F
   if (slice.embeddings) v.wpe = p.take(T * C);
   for (int i = 0, n = slice.count(config); i < n; ++i) {
     BlockView<F> b;
-    b.ln1_w = p.take(C); b.ln1_b = p.take(C);
-    b.qkv_w = p.take(3 * C * C); b.qkv_b = p.take(3 * C);
-    b.attproj_w = p.take(C * C); b.attproj_b = p.take(C);
-    b.ln2_w = p.take(C); b.ln2_b = p.take(C);
-    b.fc_w = p.take(4 * C * C); b.fc_b = p.take(4 * C);
-    b.fcproj_w = p.take(4 * C * C); b.fcproj_b = p.take(C);
+    b.ln1_w = p.take(C);
+    b.ln1_b = p.take(C);
+    b.qkv_w = p.take(3 * C * C);
+    b.qkv_b = p.take(3 * C);
+    b.attproj_w = p.take(C * C);
+    b.attproj_b = p.take(C);
+    b.ln2_w = p.take(C);
+    b.ln2_b = p.take(C);
+    b.fc_w = p.take(4 * C * C);
+    b.fc_b = p.take(4 * C);
+    b.fcproj_w = p.take(4 * C * C);
+    b.fcproj_b = p.take(C);
     v.blocks.push_back(b);
   }
   if (slice.head) {

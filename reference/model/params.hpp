@@ -21,7 +21,7 @@ struct ParamTensor {
   std::vector<std::size_t> shape;  // e.g. {3C, C}: nn.Linear stores (out, in)
   std::size_t offset = 0;          // in elements, into the flat buffer
   std::size_t numel = 0;
-  int layer = -1;                  // the block it belongs to, -1 for embeddings and ln_f
+  int layer = -1;  // the block it belongs to, -1 for embeddings and ln_f
 };
 
 class ParamLayout {
@@ -67,11 +67,11 @@ struct BlockView {
 // without embeddings, lnf without the head; blocks[i] is the slice's i-th block.
 template <typename F>
 struct ParamView {
-  F* wte = nullptr;  // (V, C) token embedding, also the LM head
-  F* wpe = nullptr;  // (T, C) position embedding
+  F* wte = nullptr;                  // (V, C) token embedding, also the LM head
+  F* wpe = nullptr;                  // (T, C) position embedding
   std::vector<BlockView<F>> blocks;  // L of them (the slice's count)
-  F* lnf_w = nullptr;  // (C)
-  F* lnf_b = nullptr;  // (C)
+  F* lnf_w = nullptr;                // (C)
+  F* lnf_b = nullptr;                // (C)
 };
 
 // Views into a flat buffer laid out by ParamLayout(config) or ParamLayout(config, slice).

@@ -10,8 +10,8 @@
 namespace scalelab {
 
 struct ModelSlice {
-  int first_layer = 0;  // global number of the slice's first block
-  int num_layers = -1;  // blocks held; -1: all from first_layer to the last
+  int first_layer = 0;     // global number of the slice's first block
+  int num_layers = -1;     // blocks held; -1: all from first_layer to the last
   bool embeddings = true;  // wte and wpe: the slice starts from tokens
   bool head = true;        // ln_f and the LM head (tied to wte): the slice ends in the loss
 

@@ -89,7 +89,7 @@ float fp16_to_float(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
   const std::uint32_t e = (h >> 10) & 0x1fu, m = h & 0x03ffu;
   // LAB 03 BEGIN fp16_to_float: section 3
-  const std::uint32_t special = sign | 0x7f800000u | (m << 13);       // infinity, or NaN (m != 0 stays NaN)
+  const std::uint32_t special = sign | 0x7f800000u | (m << 13);        // infinity, or NaN (m != 0 stays NaN)
   const std::uint32_t normal = sign | ((e + 112u) << 23) | (m << 13);  // re-bias the exponent 15 -> 127
   // Zero or subnormal: m * 2^-24, a normal fp32 value (or 0) that the product gives exactly (m
   // has at most 10 bits, and scaling by a power of two only changes the exponent).

@@ -43,10 +43,10 @@ void round_to_half(float* x, std::size_t n, HalfFormat format);
 
 // The format's range, as floats (for tests, the docs and the memory report).
 struct HalfLimits {
-  float largest;           // largest finite value
+  float largest;  // largest finite value
   float smallest_normal;
   float smallest_subnormal;
-  int mantissa_bits;       // explicit fraction bits: 7 (bf16) or 10 (fp16)
+  int mantissa_bits;  // explicit fraction bits: 7 (bf16) or 10 (fp16)
 };
 HalfLimits half_limits(HalfFormat format);
 

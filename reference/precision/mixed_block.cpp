@@ -33,8 +33,7 @@ void MixedPrecisionModel::backward_block(int l, int slot, ActPlace x) {
   // The selective policy: the shared buffer holds this block's probabilities (the last block's
   // from forward, the others' from recompute_attention).
   if (acts_.shared_att)
-    widen(stage_.acts.att, acts_.shared_att,
-          static_cast<std::size_t>(config_.num_heads) * acts_.B * acts_.T * acts_.T);
+    widen(stage_.acts.att, acts_.shared_att, static_cast<std::size_t>(config_.num_heads) * acts_.B * acts_.T * acts_.T);
   widen(stage_.x, place(x), NC);
   widen_params(stage_.wblock, master_view_.blocks[l].ln1_w, block_params_);
   widen_grads(stage_.gblock, master_view_.blocks[l].ln1_w, block_params_);
@@ -71,17 +70,22 @@ void MixedPrecisionModel::block_forward_staged() {
   const int B = acts_.B, T = acts_.T, C = config_.channels, NH = config_.num_heads, N = B * T;
   const std::size_t NC = static_cast<std::size_t>(N) * C;
   layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, N, C);
-  round(a.ln1, NC); round(a.ln1_mean, N); round(a.ln1_rstd, N);
+  round(a.ln1, NC);
+  round(a.ln1_mean, N);
+  round(a.ln1_rstd, N);
   matmul_forward(a.qkv, a.ln1, w.qkv_w, w.qkv_b, N, C, 3 * C);
   round(a.qkv, 3 * NC);
   attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
-  round(a.atty, NC); round(a.att, static_cast<std::size_t>(NH) * N * T);
+  round(a.atty, NC);
+  round(a.att, static_cast<std::size_t>(NH) * N * T);
   matmul_forward(proj, a.atty, w.attproj_w, w.attproj_b, N, C, C);
   round(proj, NC);
   residual_forward(a.residual2, x, proj, NC);
   round(a.residual2, NC);
   layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_w, w.ln2_b, N, C);
-  round(a.ln2, NC); round(a.ln2_mean, N); round(a.ln2_rstd, N);
+  round(a.ln2, NC);
+  round(a.ln2_mean, N);
+  round(a.ln2_rstd, N);
   matmul_forward(a.fch, a.ln2, w.fc_w, w.fc_b, N, C, 4 * C);
   round(a.fch, 4 * NC);
   gelu_forward(a.fch_gelu, a.fch, 4 * NC);

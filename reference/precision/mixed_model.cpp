@@ -24,10 +24,12 @@ namespace {
 constexpr std::size_t kStepChunk = 1 << 16;  // gradients unscaled per chunk of the optimizer step
 
 // The fields of a BlockView in layout order (ParamLayout: ln_1 ... mlp.c_proj).
-constexpr float* BlockView<float>::*kBlockFields[] = {
-    &BlockView<float>::ln1_w,     &BlockView<float>::ln1_b, &BlockView<float>::qkv_w,    &BlockView<float>::qkv_b,
-    &BlockView<float>::attproj_w, &BlockView<float>::attproj_b, &BlockView<float>::ln2_w, &BlockView<float>::ln2_b,
-    &BlockView<float>::fc_w,      &BlockView<float>::fc_b,  &BlockView<float>::fcproj_w, &BlockView<float>::fcproj_b};
+constexpr float* BlockView<float>::*kBlockFields[] = {&BlockView<float>::ln1_w,     &BlockView<float>::ln1_b,
+                                                      &BlockView<float>::qkv_w,     &BlockView<float>::qkv_b,
+                                                      &BlockView<float>::attproj_w, &BlockView<float>::attproj_b,
+                                                      &BlockView<float>::ln2_w,     &BlockView<float>::ln2_b,
+                                                      &BlockView<float>::fc_w,      &BlockView<float>::fc_b,
+                                                      &BlockView<float>::fcproj_w,  &BlockView<float>::fcproj_b};
 
 // The views of `v` (whose block starts at `from`) moved to a block starting at `to`.
 BlockView<float> rebase(const BlockView<float>& v, const float* from, float* to) {
@@ -208,8 +210,8 @@ void MixedPrecisionModel::backward(double loss_scale) {
   widen_grads(stage_.gwte, master_view_.wte, VC);
   widen_grads(stage_.gwpe, master_view_.wpe, TC);
   widen(stage_.lnf, acts_.lnf, NC);
-  matmul_backward(stage_.dlnf, stage_.gwte, static_cast<float*>(nullptr), stage_.dlogits, stage_.lnf, stage_.wte, N,
-                  C, V);
+  matmul_backward(stage_.dlnf, stage_.gwte, static_cast<float*>(nullptr), stage_.dlogits, stage_.lnf, stage_.wte, N, C,
+                  V);
   round(stage_.dlnf, NC);
   // ln_f
   std::fill(stage_.dres, stage_.dres + NC, 0.0f);

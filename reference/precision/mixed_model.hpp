@@ -24,8 +24,8 @@
 #include "core/memory.hpp"
 #include "model/block.hpp"
 #include "model/block_walk.hpp"
-#include "precision/half.hpp"
 #include "model/train_model.hpp"
+#include "precision/half.hpp"
 
 namespace scalelab {
 
@@ -79,26 +79,24 @@ class MixedPrecisionModel final : public TrainModel, private BlockRunner {
  private:
   // fp32 staging (workspace): what one layer call reads and writes.
   struct Staging {
-    BlockActs<float> acts{};       // one block's saved activations
-    float* acts_base = nullptr;    // start of `acts`: the same layout as a half block slot
-    std::size_t acts_count = 0;    // elements of a half block slot (without att when shared)
+    BlockActs<float> acts{};     // one block's saved activations
+    float* acts_base = nullptr;  // start of `acts`: the same layout as a half block slot
+    std::size_t acts_count = 0;  // elements of a half block slot (without att when shared)
     std::size_t residual3_offset = 0;
-    float *wblock, *gblock;        // one block's weights and gradients (block_params_ each)...
-    BlockView<float> w{}, g{};     // ...as named views
+    float *wblock, *gblock;     // one block's weights and gradients (block_params_ each)...
+    BlockView<float> w{}, g{};  // ...as named views
     BlockScratch<float> scratch{};
-    float* x;                      // (B,T,C) a block's or ln_f's input; the encoder's output
+    float* x;                                   // (B,T,C) a block's or ln_f's input; the encoder's output
     float *lnf, *lnf_mean, *lnf_rstd, *losses;  // (B,T,C), (B,T), (B,T), (B,T)
-    float *logits, *dlogits;       // (B,T,V): logits, then probabilities; their gradient
-    float *dres, *dlnf;            // (B,T,C) gradients of the residual stream and of ln_f's output
-    float *wte, *wpe, *gwte, *gwpe;  // (V,C), (maxT,C): head weights and their gradients
-    float *lnf_w, *lnf_b, *glnf_w, *glnf_b;  // (C)
+    float *logits, *dlogits;                    // (B,T,V): logits, then probabilities; their gradient
+    float *dres, *dlnf;                         // (B,T,C) gradients of the residual stream and of ln_f's output
+    float *wte, *wpe, *gwte, *gwpe;             // (V,C), (maxT,C): head weights and their gradients
+    float *lnf_w, *lnf_b, *glnf_w, *glnf_b;     // (C)
   };
 
   void ensure_buffers(int B, int T);
   void assign_activations(int B, int T);
-  std::size_t offset_of(const float* master_ptr) const {
-    return static_cast<std::size_t>(master_ptr - master_.data());
-  }
+  std::size_t offset_of(const float* master_ptr) const { return static_cast<std::size_t>(master_ptr - master_.data()); }
   // Widen n half parameters (or gradients) starting where `master_ptr` is in the master copy.
   void widen_params(float* out, const float* master_ptr, std::size_t n) const;
   void widen_grads(float* out, const float* master_ptr, std::size_t n) const;

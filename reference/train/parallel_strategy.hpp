@@ -39,7 +39,7 @@ struct GlobalBatch {
   const int* targets = nullptr;  // (rows, T)
   int rows = 0;                  // B, the global batch
   int T = 0;
-  int micro_batches = 1;         // per replica (TrainOptions::micro_batches())
+  int micro_batches = 1;  // per replica (TrainOptions::micro_batches())
 };
 
 // What a strategy is given when the trainer installs it: the model, the optimizer and the
@@ -56,9 +56,9 @@ struct StrategyContext {
 
 // Communication during one step, as this rank saw it.
 struct StepCommReport {
-  std::uint64_t bytes_sent = 0;      // by this rank, in the step's gradient collectives
-  double comm_seconds = 0;           // time covered by at least one collective
-  double hidden_fraction = 0;        // of that time, the part that overlapped compute
+  std::uint64_t bytes_sent = 0;  // by this rank, in the step's gradient collectives
+  double comm_seconds = 0;       // time covered by at least one collective
+  double hidden_fraction = 0;    // of that time, the part that overlapped compute
 };
 
 class ParallelStrategy {
@@ -88,8 +88,8 @@ class ParallelStrategy {
   // The whole batch's mean loss from this rank's (collective where the rows were split).
   virtual double mean_loss(double local_loss) { return local_loss; }
   // The update; ZeRO updates only this rank's shard and gathers the parameters.
-  virtual TrainModel::StepOutcome optimizer_step(TrainModel& model, AdamW& optimizer, double lr,
-                                                 double grad_scale, double clip) {
+  virtual TrainModel::StepOutcome optimizer_step(TrainModel& model, AdamW& optimizer, double lr, double grad_scale,
+                                                 double clip) {
     return model.optimizer_step(optimizer, lr, grad_scale, clip);
   }
   // The mean loss of rows x T tokens, forward only (validation); every rank returns the same.

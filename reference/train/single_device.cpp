@@ -17,8 +17,7 @@ void ParallelStrategy::save_checkpoint(const TrainCheckpoint& checkpoint, const 
 }
 
 double SingleDevice::run_micro_batches(TrainModel& model, const GlobalBatch& batch, double loss_scale) {
-  return accumulate_gradients(model, batch.inputs, batch.targets, batch.rows, batch.T, batch.micro_batches,
-                              loss_scale);
+  return accumulate_gradients(model, batch.inputs, batch.targets, batch.rows, batch.T, batch.micro_batches, loss_scale);
 }
 
 }  // namespace scalelab

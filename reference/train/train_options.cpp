@@ -136,15 +136,27 @@ nlohmann::json options_to_json(const TrainOptions& o) {
   const AdamWConfig& a = o.adamw;
   return {
       {"config", o.config},
-      {"shape", {{"vocab_size", o.shape.vocab_size}, {"context", o.shape.max_seq_len}, {"channels", o.shape.channels},
-                 {"layers", o.shape.num_layers}, {"heads", o.shape.num_heads}}},
+      {"shape",
+       {{"vocab_size", o.shape.vocab_size},
+        {"context", o.shape.max_seq_len},
+        {"channels", o.shape.channels},
+        {"layers", o.shape.num_layers},
+        {"heads", o.shape.num_heads}}},
       {"steps", o.steps},
       {"batch", o.batch},
       {"seq_len", o.seq_len},
-      {"adamw", {{"lr", a.lr}, {"beta1", a.beta1}, {"beta2", a.beta2}, {"eps", a.eps},
-                 {"weight_decay", a.weight_decay}, {"grad_clip", a.grad_clip}}},
-      {"lr_schedule", {{"kind", LrSchedule::kind_name(o.lr_schedule.kind)}, {"warmup_steps", o.lr_schedule.warmup_steps},
-                       {"decay_steps", o.lr_schedule.decay_steps}, {"min_lr_fraction", o.lr_schedule.min_lr_fraction}}},
+      {"adamw",
+       {{"lr", a.lr},
+        {"beta1", a.beta1},
+        {"beta2", a.beta2},
+        {"eps", a.eps},
+        {"weight_decay", a.weight_decay},
+        {"grad_clip", a.grad_clip}}},
+      {"lr_schedule",
+       {{"kind", LrSchedule::kind_name(o.lr_schedule.kind)},
+        {"warmup_steps", o.lr_schedule.warmup_steps},
+        {"decay_steps", o.lr_schedule.decay_steps},
+        {"min_lr_fraction", o.lr_schedule.min_lr_fraction}}},
       {"seed", o.seed},
       {"data", o.data},
       {"val_fraction", o.val_fraction},
@@ -154,11 +166,22 @@ nlohmann::json options_to_json(const TrainOptions& o) {
       {"grad_accum", o.grad_accum},
       {"checkpoint", o.checkpoint.describe()},
       {"precision", o.precision},
-      {"parallel", {{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"micro_batches", p.micro_batches},
-                    {"schedule", p.schedule}, {"virtual_stages", p.virtual_stages},
-                    {"sequence_parallel", p.sequence_parallel}, {"zero", p.zero}, {"offload", p.offload},
-                    {"ddp", p.ddp}, {"allreduce", p.allreduce}, {"bucket_mb", p.bucket_mb},
-                    {"first_bucket_mb", p.first_bucket_mb}, {"backend", p.backend}, {"trace", p.trace}}},
+      {"parallel",
+       {{"dp", p.dp},
+        {"tp", p.tp},
+        {"pp", p.pp},
+        {"micro_batches", p.micro_batches},
+        {"schedule", p.schedule},
+        {"virtual_stages", p.virtual_stages},
+        {"sequence_parallel", p.sequence_parallel},
+        {"zero", p.zero},
+        {"offload", p.offload},
+        {"ddp", p.ddp},
+        {"allreduce", p.allreduce},
+        {"bucket_mb", p.bucket_mb},
+        {"first_bucket_mb", p.first_bucket_mb},
+        {"backend", p.backend},
+        {"trace", p.trace}}},
       {"device", o.device},
       {"init_weights", o.init_weights},
       {"save_weights", o.save_weights},
@@ -195,9 +218,11 @@ void no_other_keys(const nlohmann::json& j, std::initializer_list<const char*> k
 
 TrainOptions options_from_json(const nlohmann::json& j) {
   TrainOptions o;
-  no_other_keys(j, {"config", "shape", "lr_schedule", "steps", "batch", "seq_len", "adamw", "seed", "data", "val_fraction", "val_every",
-                    "val_batches", "threads", "grad_accum", "checkpoint", "precision", "parallel", "device",
-                    "init_weights", "save_weights", "save_checkpoint", "resume", "metrics"},
+  no_other_keys(j, {"config",          "shape",       "lr_schedule", "steps",        "batch",
+                    "seq_len",         "adamw",       "seed",        "data",         "val_fraction",
+                    "val_every",       "val_batches", "threads",     "grad_accum",   "checkpoint",
+                    "precision",       "parallel",    "device",      "init_weights", "save_weights",
+                    "save_checkpoint", "resume",      "metrics"},
                 "the options");
   const std::string top = "the options";
   read(j, "config", o.config, top);
@@ -254,8 +279,9 @@ TrainOptions options_from_json(const nlohmann::json& j) {
   read(a, "grad_clip", o.adamw.grad_clip, aw);
 
   const std::string pw = "the options' parallel";
-  no_other_keys(p, {"dp", "tp", "pp", "micro_batches", "schedule", "virtual_stages", "sequence_parallel", "zero",
-                    "offload", "ddp", "allreduce", "bucket_mb", "first_bucket_mb", "backend", "trace"},
+  no_other_keys(p,
+                {"dp", "tp", "pp", "micro_batches", "schedule", "virtual_stages", "sequence_parallel", "zero",
+                 "offload", "ddp", "allreduce", "bucket_mb", "first_bucket_mb", "backend", "trace"},
                 pw);
   ParallelOptions& q = o.parallel;
   read(p, "dp", q.dp, pw);

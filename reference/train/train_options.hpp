@@ -30,8 +30,8 @@ struct ParallelOptions {
   // runs them by its schedule; without a pipeline they are gradient accumulation (stage 01).
   // 0: TrainOptions::grad_accum. Both may be given only with the same value.
   int micro_batches = 0;
-  std::string schedule = "1f1b";  // stage 05: gpipe, 1f1b, interleaved or zb-h1
-  int virtual_stages = 1;         // stage 05, interleaved: model chunks per rank (v)
+  std::string schedule = "1f1b";   // stage 05: gpipe, 1f1b, interleaved or zb-h1
+  int virtual_stages = 1;          // stage 05, interleaved: model chunks per rank (v)
   bool sequence_parallel = false;  // stage 06
   int zero = 0;                    // stage 07: 0 (plain DDP), 1, 2 or 3
   bool offload = false;            // stage 07: optimizer state and step on the host
@@ -57,26 +57,26 @@ struct TrainOptions {
   std::string config = "mini";  // tiny, mini, gpt2
   ShapeOverrides shape;         // any of V, T, C, L, NH instead of the config's (0: keep)
   int steps = 100;
-  int batch = 16;               // B: rows per optimizer step (the global batch)
-  int seq_len = 0;              // T; 0 means the config's max_seq_len
+  int batch = 16;   // B: rows per optimizer step (the global batch)
+  int seq_len = 0;  // T; 0 means the config's max_seq_len
   AdamWConfig adamw{.lr = 1e-3};
-  LrSchedule lr_schedule;       // constant (default), or warm-up + cosine decay; peak = adamw.lr
-  std::uint64_t seed = 1337;    // weights and data order
-  std::string data;             // text file or llm.c shard; empty: the default corpus
+  LrSchedule lr_schedule;     // constant (default), or warm-up + cosine decay; peak = adamw.lr
+  std::uint64_t seed = 1337;  // weights and data order
+  std::string data;           // text file or llm.c shard; empty: the default corpus
   double val_fraction = 0.1;
-  int val_every = 0;            // steps between validation losses; 0: only at the end
+  int val_every = 0;  // steps between validation losses; 0: only at the end
   int val_batches = 4;
-  int threads = 1;              // BLAS threads
-  int grad_accum = 1;           // stage 01: micro-batches per step
-  CheckpointPolicy checkpoint;  // stage 02
+  int threads = 1;                 // BLAS threads
+  int grad_accum = 1;              // stage 01: micro-batches per step
+  CheckpointPolicy checkpoint;     // stage 02
   std::string precision = "fp32";  // stage 03: fp32, bf16, fp16
-  ParallelOptions parallel;     // stages 04-07
-  std::string device = "cpu";   // cpu or cuda; cuda needs a model factory (see Trainer)
-  std::string init_weights;     // safetensors to start from (else GPT-2 init)
-  std::string save_weights;     // safetensors to write at the end
-  std::string save_checkpoint;  // training state to write at the end
-  std::string resume;           // training state to continue from
-  std::string metrics;          // JSON-lines file, one line per step
+  ParallelOptions parallel;        // stages 04-07
+  std::string device = "cpu";      // cpu or cuda; cuda needs a model factory (see Trainer)
+  std::string init_weights;        // safetensors to start from (else GPT-2 init)
+  std::string save_weights;        // safetensors to write at the end
+  std::string save_checkpoint;     // training state to write at the end
+  std::string resume;              // training state to continue from
+  std::string metrics;             // JSON-lines file, one line per step
 
   // The model's shape: the named config with the shape overrides applied.
   GPTConfig model_config() const;

@@ -25,8 +25,7 @@ Trainer::Trainer(const TrainOptions& options, MemoryTracker* tracker, const Trai
   T_ = options_.seq_len > 0 ? options_.seq_len : config.max_seq_len;
   set_blas_threads(options_.threads);
 
-  const std::vector<std::uint16_t> tokens =
-      options_.data.empty() ? load_default_corpus() : load_tokens(options_.data);
+  const std::vector<std::uint16_t> tokens = options_.data.empty() ? load_default_corpus() : load_tokens(options_.data);
   check_data_tokens(tokens.data(), tokens.size(), config);
   data_ = split_tokens(tokens, options_.val_fraction, T_);
   train_loader_ = std::make_unique<DataLoader>(&data_.train, options_.batch, T_, options_.seed + 1);
@@ -73,11 +72,10 @@ Trainer::Trainer(const TrainOptions& options, MemoryTracker* tracker, const Trai
 std::string Trainer::run_description() const {
   const GPTConfig& c = model_->config();
   return "config " + c.name + " (V=" + std::to_string(c.vocab_size) + " T=" + std::to_string(T_) +
-         " C=" + std::to_string(c.channels) + " L=" + std::to_string(c.num_layers) + " NH=" +
-         std::to_string(c.num_heads) + "), seed " + std::to_string(options_.seed) + ", batch " +
-         std::to_string(options_.batch) + ", grad-accum " + std::to_string(options_.micro_batches()) +
-         ", precision " + options_.precision + ", " + std::to_string(data_.train.size() + data_.val.size()) +
-         " tokens";
+         " C=" + std::to_string(c.channels) + " L=" + std::to_string(c.num_layers) +
+         " NH=" + std::to_string(c.num_heads) + "), seed " + std::to_string(options_.seed) + ", batch " +
+         std::to_string(options_.batch) + ", grad-accum " + std::to_string(options_.micro_batches()) + ", precision " +
+         options_.precision + ", " + std::to_string(data_.train.size() + data_.val.size()) + " tokens";
 }
 
 Trainer::~Trainer() = default;

@@ -24,12 +24,12 @@
 namespace scalelab {
 
 struct StepStats {
-  long step = 0;           // optimizer steps done, this one included
-  double loss = 0;         // mean training loss of the batch
+  long step = 0;    // optimizer steps done, this one included
+  double loss = 0;  // mean training loss of the batch
   double grad_norm = 0;
-  bool skipped = false;    // mixed precision: inf/NaN gradients, no update
+  bool skipped = false;  // mixed precision: inf/NaN gradients, no update
   double loss_scale = 1;
-  double lr = 0;           // the learning rate of this step (the schedule's)
+  double lr = 0;  // the learning rate of this step (the schedule's)
   double seconds = 0;
   double tokens_per_s = 0;
   // What the parallel strategy moved (zero on one device):
@@ -77,7 +77,7 @@ class Trainer {
   long schedule_steps() const { return schedule_steps_; }
   int seq_len() const { return T_; }
   std::size_t tokens_per_step() const { return static_cast<std::size_t>(options_.batch) * T_; }
-  // Model flops per token for throughput: 6N + 12 L C T (DESIGN.md's convention).
+  // Model flops per token for throughput: 6N + 12 L C T (docs/design.md's convention).
   double flops_per_token() const;
 
  private:

@@ -6,8 +6,8 @@
 //     kill   the rank is killed (SIGKILL): mpirun notices and ends the job
 //     hang   the rank sleeps forever: the others' watchdog (5 s here) ends the job
 //     grid   every rank builds a 2x2 grid on 3 ranks: the ConfigError ends the job
-#include <csignal>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <string>
 #include <thread>

@@ -167,8 +167,8 @@ TEST_CASE("bad arguments are errors naming the rank, before any communication") 
   Communicator& comm = test_world();
   const int n = comm.size();
   float x = 0;
-  CHECK_THROWS_WITH(comm.isend(&x, 1, DataType::kFloat32, n, 0), Contains("peer " + std::to_string(n)) &&
-                                                                      Contains("is not a rank of this"));
+  CHECK_THROWS_WITH(comm.isend(&x, 1, DataType::kFloat32, n, 0),
+                    Contains("peer " + std::to_string(n)) && Contains("is not a rank of this"));
   CHECK_THROWS_WITH(comm.irecv(&x, 1, DataType::kFloat32, -1, 0), Contains("peer -1"));
   CHECK_THROWS_WITH(comm.isend(&x, 1, DataType::kFloat32, 0, 40000), Contains("tag 40000"));
   CHECK_THROWS_WITH(comm.all_reduce(nullptr, &x, 1, DataType::kFloat32, ReduceOp::kSum), Contains("null buffer"));

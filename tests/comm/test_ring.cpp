@@ -138,8 +138,9 @@ Bytes measure(Communicator& comm, void (*op)(Communicator&, float*, std::size_t,
 void check_counter(const std::string& what, std::uint64_t counted, std::uint64_t formula) {
   const std::uint64_t off = counted > formula ? counted - formula : formula - counted;
   INFO(what << ": counted " << counted << ", formula " << formula << " ("
-            << (counted == formula ? "equal" : (counted > formula ? std::string("too many by ") : "too few by ") +
-                                                   std::to_string(off))
+            << (counted == formula
+                    ? "equal"
+                    : (counted > formula ? std::string("too many by ") : "too few by ") + std::to_string(off))
             << ")");
   CHECK(counted == formula);
 }

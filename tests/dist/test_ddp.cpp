@@ -61,13 +61,13 @@ TEST_CASE("DDP on d ranks equals stage 01 with d micro-batches", "[graded][ddp_e
     const int local = kB / d;
     const std::size_t offset = static_cast<std::size_t>(world.rank()) * local * kT;
     ddp.begin_step(1);
-    double loss = accumulate_gradients(model, batch.tokens.data() + offset, batch.targets.data() + offset, local, kT,
-                                       1, 1.0 / d);
+    double loss = accumulate_gradients(model, batch.tokens.data() + offset, batch.targets.data() + offset, local, kT, 1,
+                                       1.0 / d);
     ddp.finish_step();
     world.all_reduce(&loss, 1);
     CHECK(loss / d == Approx(want.loss).epsilon(1e-6));
-    CHECK_MATCH(compare_close("summed gradients vs stage 01", model.gpt().grads(), want.grads.data(),
-                              want.grads.size(), 1e-5, 1e-6 * max_ref));
+    CHECK_MATCH(compare_close("summed gradients vs stage 01", model.gpt().grads(), want.grads.data(), want.grads.size(),
+                              1e-5, 1e-6 * max_ref));
   }
 }
 
@@ -79,7 +79,8 @@ TEST_CASE("parameters stay bitwise identical on every rank", "[graded][ddp_ident
     MemoryTracker tracker;
     TrainOptions o = tiny_options(data);
     o.grad_accum = kB % (2 * world.size()) == 0 ? 2 : 1;
-    Trainer trainer(o, &tracker, {}, ddp_strategy(world, small_buckets(DdpOptions::parse_mode(mode), DdpOptions::Algorithm::kRing)));
+    Trainer trainer(o, &tracker, {},
+                    ddp_strategy(world, small_buckets(DdpOptions::parse_mode(mode), DdpOptions::Algorithm::kRing)));
     double first = 0, last = 0;
     for (int i = 0; i < 5; ++i) {
       const double loss = trainer.step().loss;
@@ -87,7 +88,8 @@ TEST_CASE("parameters stay bitwise identical on every rank", "[graded][ddp_ident
       last = loss;
     }
     CHECK(last < first);  // it trains
-    std::vector<float> mine(trainer.model().master_params(), trainer.model().master_params() + trainer.model().num_params());
+    std::vector<float> mine(trainer.model().master_params(),
+                            trainer.model().master_params() + trainer.model().num_params());
     std::vector<float> root = mine;
     world.broadcast(root.data(), root.size(), 0);
     CHECK_MATCH(compare_bitwise("params vs rank 0 after 5 steps", mine.data(), root.data(), mine.size()));
@@ -127,7 +129,8 @@ TEST_CASE("ranks started with different settings fail on every rank with one mes
   if (world.rank() == world.size() - 1) o.seed = kSeed + 1;
   const std::string who = "ddp: rank " + std::to_string(world.size() - 1) + " was started with different settings";
   CHECK_THROWS_WITH(Trainer(o, &tracker, {}, ddp_strategy(world, DdpOptions{})),
-                    Catch::Contains(who) && Catch::Contains("seed 5") && Catch::Contains("start every rank with the same"));
+                    Catch::Contains(who) && Catch::Contains("seed 5") &&
+                        Catch::Contains("start every rank with the same"));
 }
 
 TEST_CASE("a batch that ranks x micro-batches does not divide is a clear error", "[ddp_errors]") {

@@ -127,7 +127,8 @@ TEST_CASE("a strategy written outside the library trains through the seam like s
   }
   const std::size_t n = want.model().num_params();
   const float* p = want.model().master_params();
-  const double scale = std::fabs(*std::max_element(p, p + n, [](float x, float y) { return std::fabs(x) < std::fabs(y); }));
+  const double scale = std::fabs(
+      *std::max_element(p, p + n, [](float x, float y) { return std::fabs(x) < std::fabs(y); }));
   if (d == 1) {
     CHECK_MATCH(compare_bitwise("params after 3 steps vs stage 01", got.model().master_params(), p, n));
   } else {

@@ -71,9 +71,9 @@ inline double dot(const Vec& a, const Vec& b) {
 }  // namespace scalelab_test
 
 // CHECK_FD(result, "what"): a Catch2 check that prints the worst element.
-#define CHECK_FD(res, what)        \
-  do {                             \
-    const auto _r = (res);         \
-    INFO(_r.message(what));        \
-    CHECK(_r.ok);                  \
+#define CHECK_FD(res, what) \
+  do {                      \
+    const auto _r = (res);  \
+    INFO(_r.message(what)); \
+    CHECK(_r.ok);           \
   } while (0)

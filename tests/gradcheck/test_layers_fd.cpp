@@ -124,7 +124,9 @@ TEST_CASE("crossentropy_backward matches finite differences of the mean loss", "
   Vec logits = random_vec(N * V, 19, 2.0);
   const std::vector<int> targets = {0, 6, 3, 3, 1, 2, 5, 4, 0, 6};
   Vec probs(N * V), losses(N);
-  auto objective = [&] { return crossentropy_forward(probs.data(), losses.data(), logits.data(), targets.data(), N, V); };
+  auto objective = [&] {
+    return crossentropy_forward(probs.data(), losses.data(), logits.data(), targets.data(), N, V);
+  };
   objective();
   Vec dlogits(N * V);
   crossentropy_backward(dlogits.data(), probs.data(), targets.data(), 1.0 / N, N, V);
@@ -134,16 +136,16 @@ TEST_CASE("crossentropy_backward matches finite differences of the mean loss", "
 TEST_CASE("the float backward agrees with the double backward", "[fd_float]") {
   // The float instantiation is what trains; it must compute the same function as the checked one.
   Vec inp = random_vec(N * C, 20), weight = random_vec(C, 21), bias = random_vec(C, 22), w = random_vec(N * C, 23);
-  std::vector<float> inpf(inp.begin(), inp.end()), weightf(weight.begin(), weight.end()), biasf(bias.begin(), bias.end()),
-      wf(w.begin(), w.end());
+  std::vector<float> inpf(inp.begin(), inp.end()), weightf(weight.begin(), weight.end()),
+      biasf(bias.begin(), bias.end()), wf(w.begin(), w.end());
   Vec out(N * C), mean(N), rstd(N), dinp(N * C, 0.0), dweight(C, 0.0), dbias(C, 0.0);
   std::vector<float> outf(N * C), meanf(N), rstdf(N), dinpf(N * C, 0.f), dweightf(C, 0.f), dbiasf(C, 0.f);
   layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(), bias.data(), N, C);
   layernorm_forward(outf.data(), meanf.data(), rstdf.data(), inpf.data(), weightf.data(), biasf.data(), N, C);
   layernorm_backward(dinp.data(), dweight.data(), dbias.data(), w.data(), inp.data(), weight.data(), mean.data(),
                      rstd.data(), N, C);
-  layernorm_backward(dinpf.data(), dweightf.data(), dbiasf.data(), wf.data(), inpf.data(), weightf.data(),
-                     meanf.data(), rstdf.data(), N, C);
+  layernorm_backward(dinpf.data(), dweightf.data(), dbiasf.data(), wf.data(), inpf.data(), weightf.data(), meanf.data(),
+                     rstdf.data(), N, C);
   for (std::size_t i = 0; i < dinp.size(); ++i) CHECK(dinpf[i] == Approx(dinp[i]).margin(1e-5));
   for (int c = 0; c < C; ++c) CHECK(dweightf[c] == Approx(dweight[c]).margin(1e-5));
 }

@@ -2,12 +2,12 @@
 // and writers of raw bytes so that tests can build exactly the malformed file they need.
 #pragma once
 
+#include <unistd.h>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 
 namespace scalelab_test {
 

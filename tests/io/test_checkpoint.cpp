@@ -146,12 +146,14 @@ TEST_CASE("checkpoint load rejects bad files with a clear message", "[io][checkp
     const GPTConfig mini = gpt_config_by_name("mini");
     CHECK_THROWS_AS(load_checkpoint(path, &mini), ConfigError);
     CHECK_THROWS_WITH(load_checkpoint(path, &mini),
-                      Contains("checkpoint '" + path + "': was saved for config tiny (vocab_size=64) but the run uses "
+                      Contains("checkpoint '" + path +
+                               "': was saved for config tiny (vocab_size=64) but the run uses "
                                "config mini (vocab_size=256); resume with --config tiny"));
     GPTConfig heads = tiny;
     heads.name = "tiny8";
     heads.num_heads = 8;
-    CHECK_THROWS_WITH(load_checkpoint(path, &heads), Contains("(num_heads=4) but the run uses config tiny8 (num_heads=8)"));
+    CHECK_THROWS_WITH(load_checkpoint(path, &heads),
+                      Contains("(num_heads=4) but the run uses config tiny8 (num_heads=8)"));
   }
   SECTION("weights file instead of a checkpoint") {
     save_weights(path, tiny, ck.params.data());
@@ -208,7 +210,8 @@ TEST_CASE("checkpoint load rejects bad files with a clear message", "[io][checkp
   SECTION("metadata field that is not a number") {
     md["step"] = "12abc";
     write_edited(path, md, tensors);
-    CHECK_THROWS_WITH(load_checkpoint(path, &tiny), Contains("metadata field \"step\" = '12abc' is not a valid number"));
+    CHECK_THROWS_WITH(load_checkpoint(path, &tiny),
+                      Contains("metadata field \"step\" = '12abc' is not a valid number"));
     md["step"] = "-3";
     write_edited(path, md, tensors);
     CHECK_THROWS_WITH(load_checkpoint(path, &tiny), Contains("negative or not finite"));
@@ -217,7 +220,8 @@ TEST_CASE("checkpoint load rejects bad files with a clear message", "[io][checkp
     md["lr_schedule"] = "linear";
     write_edited(path, md, tensors);
     CHECK_THROWS_WITH(load_checkpoint(path, &tiny),
-                      Contains("checkpoint '" + path + "': its lr schedule is invalid (--lr-schedule: unknown schedule "
+                      Contains("checkpoint '" + path +
+                               "': its lr schedule is invalid (--lr-schedule: unknown schedule "
                                "'linear'; choose constant or cosine); the file is damaged"));
     md["lr_schedule"] = "cosine";
     md.erase("decay_steps");
@@ -231,8 +235,8 @@ TEST_CASE("checkpoint load rejects bad files with a clear message", "[io][checkp
   SECTION("invalid config in the metadata") {
     md["num_heads"] = "5";
     write_edited(path, md, tensors);
-    CHECK_THROWS_WITH(load_checkpoint(path), Contains("its model config is invalid") &&
-                                                 Contains("not divisible by num_heads"));
+    CHECK_THROWS_WITH(load_checkpoint(path),
+                      Contains("its model config is invalid") && Contains("not divisible by num_heads"));
   }
   SECTION("truncated checkpoint") {
     const std::string bytes = scalelab_test::read_bytes(path);

@@ -35,8 +35,8 @@ const std::string kData20(20, '\x01');
 TEST_CASE("safetensors round trip is bitwise for every dtype used, scalars and empty tensors", "[io][safetensors]") {
   TempDir dir;
   const std::string path = dir.file("round.safetensors");
-  const std::vector<float> f32 = {1.5f, -0.0f, std::numeric_limits<float>::denorm_min(),
-                                  std::numeric_limits<float>::infinity(), 3.0e38f, -1e-30f};
+  const std::vector<float> f32 = {
+      1.5f, -0.0f, std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::infinity(), 3.0e38f, -1e-30f};
   const std::vector<double> f64 = {1.0 / 3.0, -2.5e-300};
   const std::vector<std::int32_t> i32 = {-7, 0, 2147483647, -2147483647 - 1};
   const std::vector<std::uint16_t> u16 = {1, 65535, 12345};
@@ -111,8 +111,8 @@ TEST_CASE("safetensors rejects malformed files with a message naming the problem
   SECTION("truncated file: fewer than the 8 bytes of the header length") {
     write_bytes(path, "abcde");
     CHECK_THROWS_AS(load(), ConfigError);
-    CHECK_THROWS_WITH(load(), Contains("weights '" + path + "'") && Contains("only 5 bytes long") &&
-                                  Contains("truncated"));
+    CHECK_THROWS_WITH(load(),
+                      Contains("weights '" + path + "'") && Contains("only 5 bytes long") && Contains("truncated"));
   }
   SECTION("truncated file: the data area cut short") {
     const std::string full = safetensors_bytes(two_tensor_header(), kData20);

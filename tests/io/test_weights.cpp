@@ -68,8 +68,7 @@ TEST_CASE("weights of an overridden shape round-trip and record the overrides", 
                     Contains("(the file was saved for config 'tiny[C=48,L=3]')"));
 }
 
-TEST_CASE("weights with nanoGPT's duplicate lm_head.weight load when it equals the token embedding",
-          "[io][weights]") {
+TEST_CASE("weights with nanoGPT's duplicate lm_head.weight load when it equals the token embedding", "[io][weights]") {
   TempDir dir;
   const std::string path = dir.file("lm_head.safetensors");
   const GPTConfig config = gpt_config_by_name("tiny");
@@ -105,7 +104,8 @@ TEST_CASE("load_weights rejects mismatched files naming the tensor, the file and
     write_safetensors(path, tensors);
     CHECK_THROWS_AS(load_weights(path, tiny, dest.data()), ConfigError);
     CHECK_THROWS_WITH(load_weights(path, tiny, dest.data()),
-                      Contains("weights '" + path + "': tensor transformer.h.0.attn.c_proj.weight is missing, but "
+                      Contains("weights '" + path +
+                               "': tensor transformer.h.0.attn.c_proj.weight is missing, but "
                                "config 'tiny' needs it; load weights saved for the same config"));
   }
   SECTION("extra tensor") {
@@ -122,7 +122,8 @@ TEST_CASE("load_weights rejects mismatched files naming the tensor, the file and
     std::vector<float> wide_store(ParamLayout(wide).num_params(), 0.5f);
     save_weights(path, wide, wide_store.data());
     CHECK_THROWS_WITH(load_weights(path, tiny, dest.data()),
-                      Contains("weights '" + path + "': tensor transformer.wte.weight has shape [64, 64] but config "
+                      Contains("weights '" + path +
+                               "': tensor transformer.wte.weight has shape [64, 64] but config "
                                "'tiny' needs [64, 32] (the file was saved for config 'wide'); load weights saved for "
                                "the same config"));
   }
@@ -131,7 +132,8 @@ TEST_CASE("load_weights rejects mismatched files naming the tensor, the file and
     tensors[2] = {"transformer.h.0.ln_1.weight", "F32", {64}, ln.data()};
     write_safetensors(path, tensors);
     CHECK_THROWS_WITH(load_weights(path, ParamLayout(tiny), dest.data()),
-                      Contains("weights '" + path + "': tensor transformer.h.0.ln_1.weight has shape [64] but the "
+                      Contains("weights '" + path +
+                               "': tensor transformer.h.0.ln_1.weight has shape [64] but the "
                                "model needs [32]; load weights saved for the same config"));
   }
   SECTION("more layers than the config") {

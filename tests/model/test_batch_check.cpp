@@ -34,7 +34,8 @@ TEST_CASE("check_batch: shape and ids, with the messages the models give") {
   CHECK_THROWS_WITH(check_batch(c, nullptr, targets.data(), 2, 8),
                     Contains("targets: id -3 at position 9 is outside the vocabulary [0, 64)"));
   CHECK_THROWS_WITH(check_batch(c, nullptr, nullptr, 0, 8), Contains("batch: must be at least 1, got 0"));
-  CHECK_THROWS_WITH(check_batch(c, nullptr, nullptr, 1, 17), Contains("seq_len: must be in [1, 16] for config 'tiny', got 17"));
+  CHECK_THROWS_WITH(check_batch(c, nullptr, nullptr, 1, 17),
+                    Contains("seq_len: must be in [1, 16] for config 'tiny', got 17"));
 }
 
 TEST_CASE("check_data_tokens: the trainer's message names the config and the fix") {

@@ -73,8 +73,9 @@ TEST_CASE("shards: out and back in, every element once, for row and column split
 
 TEST_CASE("shards: splits that do not divide, 1-D column splits and bad ranks are refused") {
   const ParamTensor w = tensor("transformer.h.0.mlp.c_fc.weight", {128, 32});
-  CHECK_THROWS_WITH(shard_rows(w, 0, 3), Catch::Contains("tensor_parallel: dimension 0 of transformer.h.0.mlp.c_fc.weight "
-                                                         "(128) does not divide by 3 ranks"));
+  CHECK_THROWS_WITH(shard_rows(w, 0, 3),
+                    Catch::Contains("tensor_parallel: dimension 0 of transformer.h.0.mlp.c_fc.weight "
+                                    "(128) does not divide by 3 ranks"));
   CHECK_THROWS_WITH(shard_cols(tensor("b", {32}), 0, 2), Catch::Contains("tensor b has 1 dimensions, no dimension 1"));
   CHECK_THROWS_WITH(shard_rows(w, 4, 4), Catch::Contains("rank 4 of 4 is not a rank of the group"));
 }

@@ -64,8 +64,8 @@ struct Chain {
   std::vector<std::unique_ptr<GPT>> slices;
 };
 
-Chain run_chain(const GPTConfig& c, const std::vector<int>& lengths, const CheckpointPolicy& policy,
-                const Batch& batch, MemoryTracker* tracker) {
+Chain run_chain(const GPTConfig& c, const std::vector<int>& lengths, const CheckpointPolicy& policy, const Batch& batch,
+                MemoryTracker* tracker) {
   Chain ch;
   int first = 0;
   for (int n : lengths) {
@@ -167,7 +167,8 @@ TEST_CASE("2 and 3 slices chained by hand: loss and gradients bitwise equal to t
   for (const char* policy_text : kPolicies) {
     const CheckpointPolicy policy = CheckpointPolicy::parse(policy_text);
     const Whole whole = run_whole(c, policy, batch);
-    for (const std::vector<int>& lengths : {std::vector<int>{2, 2}, std::vector<int>{1, 2, 1}, std::vector<int>{3, 1}}) {
+    for (const std::vector<int>& lengths :
+         {std::vector<int>{2, 2}, std::vector<int>{1, 2, 1}, std::vector<int>{3, 1}}) {
       INFO("policy " << policy_text << ", " << lengths.size() << " slices, the first of " << lengths[0] << " blocks");
       MemoryTracker tracker;
       const Chain ch = run_chain(c, lengths, policy, batch, &tracker);

@@ -91,7 +91,7 @@ double check_params(const Oracle& o, const ParamLayout& layout, const float* got
     const auto c = scalelab_test::compare_close(what + " " + t.name, got + t.offset, ref.data(), t.numel, 0.0,
                                                 kRtol * scale + kAtol);
     INFO("tolerance |got - ref| <= 1e-5 * max|ref| + 1e-8 = " << kRtol * scale + kAtol << " (max|ref| = " << scale
-                                                             << ")");
+                                                              << ")");
     CHECK_MATCH(c);
     const double ratio = c.max_abs_err / std::fmax(scale, 1e-30);
     if (ratio >= worst) {
@@ -99,8 +99,8 @@ double check_params(const Oracle& o, const ParamLayout& layout, const float* got
       worst_name = t.name;
     }
   }
-  std::printf("oracle %s: worst tensor %s, max|d| / max|ref| = %.3g (limit 1e-5)\n", what.c_str(),
-              worst_name.c_str(), worst);
+  std::printf("oracle %s: worst tensor %s, max|d| / max|ref| = %.3g (limit 1e-5)\n", what.c_str(), worst_name.c_str(),
+              worst);
   return worst;
 }
 
@@ -140,9 +140,10 @@ void check_trained_params(const Oracle& o, const ParamLayout& layout, const floa
             << " elements differ from PyTorch by more than 1e-5 * max|ref of their tensor| + 1e-8; at most 1% may "
                "(see the comment above check_trained_params)");
   CHECK(outside * 100 <= total);
-  std::printf("oracle %s: %zu of %zu elements outside 1e-5 * max|ref| + 1e-8; worst tensor %s, max|d| / max|ref| = "
-              "%.3g\n",
-              what.c_str(), outside, total, worst_name.c_str(), worst);
+  std::printf(
+      "oracle %s: %zu of %zu elements outside 1e-5 * max|ref| + 1e-8; worst tensor %s, max|d| / max|ref| = "
+      "%.3g\n",
+      what.c_str(), outside, total, worst_name.c_str(), worst);
 }
 
 void check_scalar(const std::string& what, double got, double ref) {
@@ -243,7 +244,7 @@ TEST_CASE("oracle: three training steps (forward, backward, AdamW) match PyTorch
     zero_key_bias_grads(model);
     opt.step(model.params(), model.grads());
   }
-  check_scalar("loss after step " + std::to_string(o.steps),
-               model.forward(o.tokens.data(), o.targets.data(), o.B, o.T), ref_losses[o.steps]);
+  check_scalar("loss after step " + std::to_string(o.steps), model.forward(o.tokens.data(), o.targets.data(), o.B, o.T),
+               ref_losses[o.steps]);
   check_trained_params(o, model.layout(), model.params(), "step3.", "parameters after 3 training steps");
 }

@@ -2,13 +2,13 @@
 // vocabulary (V = 64), and small statistics over gradient arrays.
 #pragma once
 
+#include <unistd.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "core/rng.hpp"

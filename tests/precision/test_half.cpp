@@ -107,8 +107,10 @@ void check_widen_table(const Format& f, const std::vector<std::pair<std::uint16_
     const float got = f.to_float(h);
     INFO(f.name << "_to_float(" << hex(h, 4) << ") = " << hex(bits(got), 8) << " (" << got << "), expected "
                 << hex(want, 8) << " (" << from_bits(want) << ")");
-    if (std::isnan(from_bits(want))) CHECK(std::isnan(got));
-    else CHECK(bits(got) == want);
+    if (std::isnan(from_bits(want)))
+      CHECK(std::isnan(got));
+    else
+      CHECK(bits(got) == want);
   }
 }
 
@@ -167,43 +169,45 @@ TEST_CASE("bf16 conversions are bit-exact round-to-nearest-even", "[graded][half
     std::uint32_t v, n, want;
     const char* why;
   };
-  for (const Shift& c : {Shift{0x27, 4, 2, "2.4375 rounds down"}, Shift{0x29, 4, 3, "2.5625 rounds up"},
-                         Shift{0x28, 4, 2, "2.5 is a tie: to even, down"}, Shift{0x18, 4, 2, "1.5 is a tie: to even, up"},
-                         Shift{0x80, 8, 0, "0.5 is a tie: to even, 0"}, Shift{0xff, 8, 1, "0.996 rounds up"},
-                         Shift{5, 1, 2, "2.5 with one dropped bit"}, Shift{7, 1, 4, "3.5 with one dropped bit"},
-                         Shift{0xffffff, 24, 1, "just under 1 with 24 dropped bits"},
-                         Shift{0x7f7fffff, 16, 0x7f80, "carries into the bit above the kept ones"}}) {
+  for (const Shift& c :
+       {Shift{0x27, 4, 2, "2.4375 rounds down"}, Shift{0x29, 4, 3, "2.5625 rounds up"},
+        Shift{0x28, 4, 2, "2.5 is a tie: to even, down"}, Shift{0x18, 4, 2, "1.5 is a tie: to even, up"},
+        Shift{0x80, 8, 0, "0.5 is a tie: to even, 0"}, Shift{0xff, 8, 1, "0.996 rounds up"},
+        Shift{5, 1, 2, "2.5 with one dropped bit"}, Shift{7, 1, 4, "3.5 with one dropped bit"},
+        Shift{0xffffff, 24, 1, "just under 1 with 24 dropped bits"},
+        Shift{0x7f7fffff, 16, 0x7f80, "carries into the bit above the kept ones"}}) {
     const std::uint32_t got = shift_round_even(c.v, c.n);
     INFO("shift_round_even(" << hex(c.v, 8) << ", " << c.n << ") = " << got << ", expected " << c.want << ": "
                              << c.why);
     CHECK(got == c.want);
   }
   check_table(kBF16, {
-      {0x3f800000, 0x3f80, "1.0 is exact"},
-      {0xc0200000, 0xc020, "-2.5 is exact"},
-      {0x3f808000, 0x3f80, "1 + 2^-8 is a tie between 0x3f80 (even) and 0x3f81: ties to even, down"},
-      {0x3f818000, 0x3f82, "1 + 3*2^-8 is a tie between 0x3f81 and 0x3f82 (even): ties to even, up"},
-      {0x3f808001, 0x3f81, "just above the tie rounds up"},
-      {0x3f807fff, 0x3f80, "just below the tie rounds down"},
-      {0x3fbfffff, 0x3fc0, "rounding up carries through the mantissa bits"},
-      {0x3f7fffff, 0x3f80, "the largest float below 1 rounds up to 1.0 (carry into the exponent)"},
-      {0x7f7f0000, 0x7f7f, "the largest finite bf16, 3.3895e38, is exact"},
-      {0x7f7f7fff, 0x7f7f, "just below the tie with 2^128 stays finite"},
-      {0x7f7f8000, 0x7f80, "the tie between the largest finite (odd) and 2^128 goes to infinity"},
-      {0x7f7fffff, 0x7f80, "FLT_MAX overflows to infinity"},
-      {0x7f800000, 0x7f80, "+infinity"},
-      {0xff800000, 0xff80, "-infinity"},
-      {0x80000000, 0x8000, "-0 keeps its sign"},
-      {0x00000000, 0x0000, "+0"},
-      {0x00010000, 0x0001, "the smallest bf16 subnormal, 2^-133, is exact"},
-      {0x00008000, 0x0000, "half the smallest subnormal is a tie with 0 (even): flushes to zero"},
-      {0x00018000, 0x0002, "1.5 subnormal ulps is a tie between 0x0001 and 0x0002 (even)"},
-      {0x00008001, 0x0001, "just above half the smallest subnormal rounds up to it"},
-      {0x007fffff, 0x0080, "the largest float subnormal rounds up to the smallest normal bf16"},
-      {0x7fc00000, 0x7fc0, "a quiet NaN stays NaN"},
-      {0x7f800001, 0x7fc0, "a NaN whose payload is only in the low 16 bits must stay NaN, not become infinity"},
-      {0xffc00001, 0xffc0, "a negative NaN stays a negative NaN"},
-  });
+                         {0x3f800000, 0x3f80, "1.0 is exact"},
+                         {0xc0200000, 0xc020, "-2.5 is exact"},
+                         {0x3f808000, 0x3f80, "1 + 2^-8 is a tie between 0x3f80 (even) and 0x3f81: ties to even, down"},
+                         {0x3f818000, 0x3f82, "1 + 3*2^-8 is a tie between 0x3f81 and 0x3f82 (even): ties to even, up"},
+                         {0x3f808001, 0x3f81, "just above the tie rounds up"},
+                         {0x3f807fff, 0x3f80, "just below the tie rounds down"},
+                         {0x3fbfffff, 0x3fc0, "rounding up carries through the mantissa bits"},
+                         {0x3f7fffff, 0x3f80, "the largest float below 1 rounds up to 1.0 (carry into the exponent)"},
+                         {0x7f7f0000, 0x7f7f, "the largest finite bf16, 3.3895e38, is exact"},
+                         {0x7f7f7fff, 0x7f7f, "just below the tie with 2^128 stays finite"},
+                         {0x7f7f8000, 0x7f80, "the tie between the largest finite (odd) and 2^128 goes to infinity"},
+                         {0x7f7fffff, 0x7f80, "FLT_MAX overflows to infinity"},
+                         {0x7f800000, 0x7f80, "+infinity"},
+                         {0xff800000, 0xff80, "-infinity"},
+                         {0x80000000, 0x8000, "-0 keeps its sign"},
+                         {0x00000000, 0x0000, "+0"},
+                         {0x00010000, 0x0001, "the smallest bf16 subnormal, 2^-133, is exact"},
+                         {0x00008000, 0x0000, "half the smallest subnormal is a tie with 0 (even): flushes to zero"},
+                         {0x00018000, 0x0002, "1.5 subnormal ulps is a tie between 0x0001 and 0x0002 (even)"},
+                         {0x00008001, 0x0001, "just above half the smallest subnormal rounds up to it"},
+                         {0x007fffff, 0x0080, "the largest float subnormal rounds up to the smallest normal bf16"},
+                         {0x7fc00000, 0x7fc0, "a quiet NaN stays NaN"},
+                         {0x7f800001, 0x7fc0,
+                          "a NaN whose payload is only in the low 16 bits must stay NaN, not become infinity"},
+                         {0xffc00001, 0xffc0, "a negative NaN stays a negative NaN"},
+                     });
   check_widen_table(kBF16, {{0x3f80, 0x3f800000},
                             {0x0001, 0x00010000},
                             {0x7f7f, 0x7f7f0000},
@@ -216,36 +220,38 @@ TEST_CASE("bf16 conversions are bit-exact round-to-nearest-even", "[graded][half
 }
 
 TEST_CASE("fp16 conversions are bit-exact round-to-nearest-even", "[graded][half_fp16]") {
-  check_table(kFP16, {
-      {0x3f800000, 0x3c00, "1.0 is exact"},
-      {0xc0200000, 0xc100, "-2.5 is exact"},
-      {0x3f801000, 0x3c00, "1 + 2^-11 is a tie between 0x3c00 (even) and 0x3c01: ties to even, down"},
-      {0x3f803000, 0x3c02, "1 + 3*2^-11 is a tie between 0x3c01 and 0x3c02 (even): ties to even, up"},
-      {0x3f801001, 0x3c01, "just above the tie rounds up"},
-      {0x3f800fff, 0x3c00, "just below the tie rounds down"},
-      {0x3f7fffff, 0x3c00, "the largest float below 1 rounds up to 1.0 (carry into the exponent)"},
-      {0x477fe000, 0x7bff, "65504, the largest finite fp16, is exact"},
-      {0x477fefff, 0x7bff, "just below 65520 rounds down to 65504"},
-      {0x477ff000, 0x7c00, "65520 is the tie between 65504 (odd) and 65536: ties to even, infinity"},
-      {0x47c35000, 0x7c00, "100000 overflows to infinity"},
-      {0xc7c35000, 0xfc00, "-100000 overflows to -infinity"},
-      {0x7f800000, 0x7c00, "+infinity"},
-      {0x80000000, 0x8000, "-0 keeps its sign"},
-      {0x38800000, 0x0400, "2^-14, the smallest normal fp16"},
-      {0x387fc000, 0x03ff, "1023 * 2^-24, the largest subnormal fp16"},
-      {0x387fe000, 0x0400, "1023.5 * 2^-24 is a tie between 0x03ff (odd) and 0x0400: up to the smallest normal"},
-      {0x33800000, 0x0001, "2^-24, the smallest subnormal fp16"},
-      {0x33000000, 0x0000, "2^-25 is a tie between 0 (even) and 2^-24: flushes to zero"},
-      {0x33000001, 0x0001, "just above 2^-25 rounds up to the smallest subnormal"},
-      {0x33c00000, 0x0002, "1.5 * 2^-24 is a tie between 0x0001 and 0x0002 (even)"},
-      {0x35000000, 0x0008, "2^-21 is the subnormal 8 * 2^-24"},
-      {0x32800000, 0x0000, "2^-26 flushes to zero"},
-      {0xb3c00000, 0x8002, "-1.5 * 2^-24 rounds to even with its sign"},
-      {0x00000001, 0x0000, "the smallest float subnormal flushes to zero"},
-      {0x7fc00000, 0x7e00, "a quiet NaN stays NaN"},
-      {0x7f800001, 0x7e00, "a NaN whose payload is only in the low bits must stay NaN, not become infinity"},
-      {0xffc00000, 0xfe00, "a negative NaN stays a negative NaN"},
-  });
+  check_table(
+      kFP16,
+      {
+          {0x3f800000, 0x3c00, "1.0 is exact"},
+          {0xc0200000, 0xc100, "-2.5 is exact"},
+          {0x3f801000, 0x3c00, "1 + 2^-11 is a tie between 0x3c00 (even) and 0x3c01: ties to even, down"},
+          {0x3f803000, 0x3c02, "1 + 3*2^-11 is a tie between 0x3c01 and 0x3c02 (even): ties to even, up"},
+          {0x3f801001, 0x3c01, "just above the tie rounds up"},
+          {0x3f800fff, 0x3c00, "just below the tie rounds down"},
+          {0x3f7fffff, 0x3c00, "the largest float below 1 rounds up to 1.0 (carry into the exponent)"},
+          {0x477fe000, 0x7bff, "65504, the largest finite fp16, is exact"},
+          {0x477fefff, 0x7bff, "just below 65520 rounds down to 65504"},
+          {0x477ff000, 0x7c00, "65520 is the tie between 65504 (odd) and 65536: ties to even, infinity"},
+          {0x47c35000, 0x7c00, "100000 overflows to infinity"},
+          {0xc7c35000, 0xfc00, "-100000 overflows to -infinity"},
+          {0x7f800000, 0x7c00, "+infinity"},
+          {0x80000000, 0x8000, "-0 keeps its sign"},
+          {0x38800000, 0x0400, "2^-14, the smallest normal fp16"},
+          {0x387fc000, 0x03ff, "1023 * 2^-24, the largest subnormal fp16"},
+          {0x387fe000, 0x0400, "1023.5 * 2^-24 is a tie between 0x03ff (odd) and 0x0400: up to the smallest normal"},
+          {0x33800000, 0x0001, "2^-24, the smallest subnormal fp16"},
+          {0x33000000, 0x0000, "2^-25 is a tie between 0 (even) and 2^-24: flushes to zero"},
+          {0x33000001, 0x0001, "just above 2^-25 rounds up to the smallest subnormal"},
+          {0x33c00000, 0x0002, "1.5 * 2^-24 is a tie between 0x0001 and 0x0002 (even)"},
+          {0x35000000, 0x0008, "2^-21 is the subnormal 8 * 2^-24"},
+          {0x32800000, 0x0000, "2^-26 flushes to zero"},
+          {0xb3c00000, 0x8002, "-1.5 * 2^-24 rounds to even with its sign"},
+          {0x00000001, 0x0000, "the smallest float subnormal flushes to zero"},
+          {0x7fc00000, 0x7e00, "a quiet NaN stays NaN"},
+          {0x7f800001, 0x7e00, "a NaN whose payload is only in the low bits must stay NaN, not become infinity"},
+          {0xffc00000, 0xfe00, "a negative NaN stays a negative NaN"},
+      });
   check_widen_table(kFP16, {{0x3c00, 0x3f800000},
                             {0x7bff, 0x477fe000},
                             {0x0400, 0x38800000},

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "batch.hpp"
 #include "activation_formula.hpp"
+#include "batch.hpp"
 #include "compare.hpp"
 #include "core/error.hpp"
 #include "optim/adamw.hpp"
@@ -35,8 +35,8 @@ struct Run {
   std::size_t act_peak, block_forwards, attention_recomputes;
 };
 
-Run run_model(const prior::ModelShape& shape, HalfFormat format, const std::string& policy, const Batch& batch,
-              int B, double loss_scale) {
+Run run_model(const prior::ModelShape& shape, HalfFormat format, const std::string& policy, const Batch& batch, int B,
+              double loss_scale) {
   MemoryTracker tracker;
   MixedPrecisionModel model(config_from(shape), format, &tracker);
   model.init_weights(kSeed);
@@ -113,7 +113,7 @@ TEST_CASE("bytes per parameter are 2 + 2 + 4 + 8 and activations half of fp32 (m
       model.backward(1.0);
       model.optimizer_step(adam, 1e-3, 1.0, 0.0);
       const std::string p(policy);
-      const std::size_t fp32_bytes = p == "none" ? act_bytes_none(s, kB, kT)
+      const std::size_t fp32_bytes = p == "none"        ? act_bytes_none(s, kB, kT)
                                      : p == "selective" ? act_bytes_selective(s, kB, kT)
                                                         : act_bytes_segments(s, kB, kT, 1);
       const std::size_t measured = tracker.peak(MemCategory::kActivations);
@@ -151,9 +151,9 @@ TEST_CASE("checkpoint policies in half: gradients bitwise equal, activations hal
     CHECK(none.act_peak * 2 == act_bytes_none(s, kB, kT));
     for (const Expect& c : cases) {
       const Run r = run_model(shape, f, c.policy, batch, kB, 1.0);
-      INFO(half_format_name(f) << ", policy " << c.policy << ": activation peak " << r.act_peak << " B, half the fp32 formula "
-                               << c.fp32_bytes / 2 << " B; " << r.block_forwards << " block forwards, expected "
-                               << L + c.extra_forwards);
+      INFO(half_format_name(f) << ", policy " << c.policy << ": activation peak " << r.act_peak
+                               << " B, half the fp32 formula " << c.fp32_bytes / 2 << " B; " << r.block_forwards
+                               << " block forwards, expected " << L + c.extra_forwards);
       CHECK(bits(static_cast<float>(r.loss)) == bits(static_cast<float>(none.loss)));
       CHECK_MATCH(compare_bitwise("half gradients vs policy none", r.half_grads.data(), none.half_grads.data(),
                                   r.half_grads.size()));
@@ -199,18 +199,17 @@ TEST_CASE("fp16 without loss scaling flushes small gradients to zero; the scaled
   const Comparison err_scaled = compare_close("fp16 scaled", scaled.grads.data(), want.data(), want.size(), 0, 0);
   INFO("of " << nonzero << " nonzero fp32 gradients (" << below_half_subnormal
              << " of them at most 2^-25, half fp16's smallest subnormal): fp16 without scaling flushed " << lost_plain
-             << " to zero, with loss scale 2^16 " << lost_scaled << " (and kept " << kept << " of the "
-             << lost_plain << "); max abs error " << err_plain.max_abs_err / gmax << " vs "
-             << err_scaled.max_abs_err / gmax << " of max|g|");
-  CHECK(lost_plain >= nonzero / 10);               // measured: 4367 of 28032
-  CHECK(lost_scaled <= nonzero / 1000);            // measured: 4
-  CHECK(kept >= lost_plain - lost_scaled);         // the scaled run keeps what the plain one lost
-  CHECK(err_plain.max_abs_err > 0.05 * gmax);      // measured: 14% of the largest gradient
-  CHECK(err_scaled.max_abs_err < 0.01 * gmax);     // measured: 0.09%
+             << " to zero, with loss scale 2^16 " << lost_scaled << " (and kept " << kept << " of the " << lost_plain
+             << "); max abs error " << err_plain.max_abs_err / gmax << " vs " << err_scaled.max_abs_err / gmax
+             << " of max|g|");
+  CHECK(lost_plain >= nonzero / 10);            // measured: 4367 of 28032
+  CHECK(lost_scaled <= nonzero / 1000);         // measured: 4
+  CHECK(kept >= lost_plain - lost_scaled);      // the scaled run keeps what the plain one lost
+  CHECK(err_plain.max_abs_err > 0.05 * gmax);   // measured: 14% of the largest gradient
+  CHECK(err_scaled.max_abs_err < 0.01 * gmax);  // measured: 0.09%
 }
 
-TEST_CASE("inf/NaN gradients skip the step: parameters and Adam state bitwise unchanged",
-          "[graded][mixed_skip]") {
+TEST_CASE("inf/NaN gradients skip the step: parameters and Adam state bitwise unchanged", "[graded][mixed_skip]") {
   const Batch batch = random_batch(kTiny.V, kB, kT, 3);
   for (HalfFormat f : kFormats) {
     INFO(half_format_name(f));
@@ -277,8 +276,7 @@ TEST_CASE("the chunked mixed step equals the fp32 step on the same gradients", "
   }
 }
 
-TEST_CASE("the master weights start as the fp32 initialisation, the parameters as its rounding",
-          "[mixed_init]") {
+TEST_CASE("the master weights start as the fp32 initialisation, the parameters as its rounding", "[mixed_init]") {
   MemoryTracker tracker;
   Fp32TrainModel fp32(config_from(kTiny), &tracker);
   fp32.init_weights(kSeed);

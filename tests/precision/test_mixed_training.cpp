@@ -88,8 +88,7 @@ TEST_CASE("50-step loss curves of bf16 and fp16 + loss scaler stay within tolera
   }
 }
 
-TEST_CASE("an injected overflow skips the step, halves the scale, and training continues",
-          "[graded][mixed_overflow]") {
+TEST_CASE("an injected overflow skips the step, halves the scale, and training continues", "[graded][mixed_overflow]") {
   const ArithmeticText text;
   MemoryTracker tracker;
   Trainer trainer(tiny_options("fp16", text.path()), &tracker);
@@ -155,9 +154,9 @@ TEST_CASE("accumulation, checkpointing and bf16 compose in one run", "[graded][m
   const Shape s{64, 32, 2, 4};
   const std::size_t formula = act_bytes_segments(s, kBatch / 4, 16, 1) / 2;
   const std::size_t measured = tracker.peak(MemCategory::kActivations);
-  INFO("accum x4 + sqrt + bf16: max |loss - fp32 loss| = " << diff << " at step " << at + 1 << ", tolerance "
-                                                         << kTolBF16 << "; activation peak " << measured
-                                                         << " B, formula (B/4 rows, segments of 1, half) " << formula);
+  INFO("accum x4 + sqrt + bf16: max |loss - fp32 loss| = "
+       << diff << " at step " << at + 1 << ", tolerance " << kTolBF16 << "; activation peak " << measured
+       << " B, formula (B/4 rows, segments of 1, half) " << formula);
   CHECK(diff <= kTolBF16);
   CHECK(measured == formula);
   const std::size_t N = trainer.model().num_params();

@@ -61,10 +61,8 @@ TEST_CASE("peak activation bytes equal the formula of each policy", "[graded][ck
     std::size_t bytes;
   };
   const Expect cases[] = {
-      {"none", act_bytes_none(s, kB, kT)},
-      {"every", act_bytes_segments(s, kB, kT, 1)},
-      {"every:2", act_bytes_segments(s, kB, kT, 2)},
-      {"every:4", act_bytes_segments(s, kB, kT, 4)},
+      {"none", act_bytes_none(s, kB, kT)},           {"every", act_bytes_segments(s, kB, kT, 1)},
+      {"every:2", act_bytes_segments(s, kB, kT, 2)}, {"every:4", act_bytes_segments(s, kB, kT, 4)},
       {"sqrt", act_bytes_segments(s, kB, kT, 2)},  // round(sqrt(6)) = 2
       {"selective", act_bytes_selective(s, kB, kT)},
   };
@@ -84,12 +82,12 @@ TEST_CASE("recompute costs at most one extra forward", "[graded][ckpt_recompute]
     const char* policy;
     std::size_t extra;  // L minus the length of the last segment, which is still in memory
   };
-  const Expect cases[] = {{"none", 0}, {"every", L - 1}, {"every:2", L - 2}, {"every:4", L - 2},
-                          {"every:6", 0}, {"sqrt", L - 2}, {"selective", 0}};
+  const Expect cases[] = {{"none", 0},    {"every", L - 1}, {"every:2", L - 2}, {"every:4", L - 2},
+                          {"every:6", 0}, {"sqrt", L - 2},  {"selective", 0}};
   for (const auto& c : cases) {
     const Run r = run_policy(c.policy, batch);
     INFO("policy " << c.policy << ": " << r.block_forwards << " block forwards for " << L << " layers, expected "
-                    << L + c.extra);
+                   << L + c.extra);
     CHECK(r.block_forwards == L + c.extra);
     CHECK(r.block_forwards <= 2 * L);
   }

@@ -20,8 +20,8 @@ struct Comparison {
   std::string what;
   std::string message() const {
     std::ostringstream os;
-    os << what << ": " << (ok ? "match" : "MISMATCH") << " over " << count << " elements; max abs err "
-       << max_abs_err << ", max rel err " << max_rel_err;
+    os << what << ": " << (ok ? "match" : "MISMATCH") << " over " << count << " elements; max abs err " << max_abs_err
+       << ", max rel err " << max_rel_err;
     if (!ok)
       os << "; " << mismatches << " outside tolerance, first at index " << first_bad << ": got " << got_at_first
          << ", expected " << want_at_first;
@@ -93,15 +93,15 @@ Comparison compare_bitwise(const std::string& what, const F* got, const F* want,
 }  // namespace scalelab_test
 
 // CHECK_MATCH(comparison): a Catch2 assertion that prints the comparison's message.
-#define CHECK_MATCH(cmp)          \
-  do {                            \
-    const auto _c = (cmp);        \
-    INFO(_c.message());           \
-    CHECK(_c.ok);                 \
+#define CHECK_MATCH(cmp)   \
+  do {                     \
+    const auto _c = (cmp); \
+    INFO(_c.message());    \
+    CHECK(_c.ok);          \
   } while (0)
-#define REQUIRE_MATCH(cmp)        \
-  do {                            \
-    const auto _c = (cmp);        \
-    INFO(_c.message());           \
-    REQUIRE(_c.ok);               \
+#define REQUIRE_MATCH(cmp) \
+  do {                     \
+    const auto _c = (cmp); \
+    INFO(_c.message());    \
+    REQUIRE(_c.ok);        \
   } while (0)

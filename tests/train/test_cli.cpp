@@ -1,10 +1,10 @@
 // The command line: bad input exits non-zero with one clear message naming the setting.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
 #include <array>
 #include <cstdio>
 #include <string>
-#include <sys/wait.h>
 
 namespace {
 

@@ -3,11 +3,11 @@
 // (every field round-trips bit for bit), and the decoding of a child process's wait status.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
 #include <cstring>
 #include <functional>
 #include <random>
 #include <string>
-#include <sys/wait.h>
 
 #include "core/error.hpp"
 #include "io/process.hpp"
@@ -174,12 +174,20 @@ TEST_CASE("each bad parallel layout gives one message naming the flags and the f
       {"nccl on the cpu", [](TrainOptions& o) { o.parallel.backend = "nccl"; }, 0,
        "backend: nccl moves GPU memory, but the run uses --device cpu"},
       {"bucket size", [](TrainOptions& o) { o.parallel.bucket_mb = 0; }, 0, "bucket_mb: bucket sizes must be positive"},
-      {"grid larger than the job", [](TrainOptions& o) { o.parallel.dp = 2; o.parallel.tp = 2; }, 3,
-       "dp: --dp 2 x --tp 2 x --pp 1 = 4 ranks, but this job has 3; start it with mpirun -np 4"},
+      {"grid larger than the job",
+       [](TrainOptions& o) {
+         o.parallel.dp = 2;
+         o.parallel.tp = 2;
+       },
+       3, "dp: --dp 2 x --tp 2 x --pp 1 = 4 ranks, but this job has 3; start it with mpirun -np 4"},
       {"tp x pp does not divide the job", [](TrainOptions& o) { o.parallel.tp = 2; }, 3,
        "dp: --tp 2 x --pp 1 = 2 does not divide the 3 ranks of this job"},
-      {"rows per replica and micro-batch", [](TrainOptions& o) { o.batch = 6; o.grad_accum = 2; }, 4,
-       "batch: 6 rows do not split into 4 ranks x 2 micro-batches; choose --batch divisible by"},
+      {"rows per replica and micro-batch",
+       [](TrainOptions& o) {
+         o.batch = 6;
+         o.grad_accum = 2;
+       },
+       4, "batch: 6 rows do not split into 4 ranks x 2 micro-batches; choose --batch divisible by"},
   };
   for (const Case& c : cases) {
     TrainOptions o;

@@ -54,8 +54,7 @@ void walk_blocks_backward(BlockRunner& model, const CheckpointPolicy& policy) {
 // Every block keeps its own slot: block l reads block l-1's output (block 0 the input).
 void forward_blocks_all(BlockRunner& model) {
   const int L = model.num_blocks();
-  for (int l = 0; l < L; ++l)
-    model.forward_block(l, l, l == 0 ? ActPlace::boundary(0) : ActPlace::slot_output(l - 1));
+  for (int l = 0; l < L; ++l) model.forward_block(l, l, l == 0 ? ActPlace::boundary(0) : ActPlace::slot_output(l - 1));
   model.store_output(ActPlace::slot_output(L - 1));  // no copy: the slot is the output
 }
 

@@ -134,8 +134,7 @@ std::unique_ptr<RequestState> MpiCommunicator::do_iall_reduce(const void* send, 
   return state;
 }
 
-void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_t count, DataType type,
-                                        ReduceOp op) {
+void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
   const int n = size();
   const BlockPartition p = partition(count);
   const std::size_t elem = dtype_size(type);

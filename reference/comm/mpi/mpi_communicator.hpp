@@ -30,8 +30,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm handle() const { return comm_; }
 
  protected:
-  std::unique_ptr<RequestState> do_isend(const void* buf, std::size_t count, DataType type, int peer,
-                                         int tag) override;
+  std::unique_ptr<RequestState> do_isend(const void* buf, std::size_t count, DataType type, int peer, int tag) override;
   std::unique_ptr<RequestState> do_irecv(void* buf, std::size_t count, DataType type, int peer, int tag) override;
   void do_all_reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) override;
   std::unique_ptr<RequestState> do_iall_reduce(const void* send, void* recv, std::size_t count, DataType type,

@@ -56,8 +56,7 @@ void attention_forward(F* out, F* att, const F* qkv, int B, int T, int C, int NH
 }
 
 template <typename F>
-void attention_backward(F* dqkv, F* scratch, const F* dout, const F* qkv, const F* att, int B, int T, int C,
-                        int NH) {
+void attention_backward(F* dqkv, F* scratch, const F* dout, const F* qkv, const F* att, int B, int T, int C, int NH) {
   // LAB 00 BEGIN attention_backward: section 3.6
   const int hs = C / NH, C3 = 3 * C;
   const F scale = F(1) / std::sqrt(F(hs));

@@ -9,6 +9,5 @@ template <typename F>
 void attention_forward(F* out, F* att, const F* qkv, int B, int T, int C, int NH);
 // dqkv (B,T,3C) = (written); scratch (T,T) workspace; dout (B,T,C); qkv (B,T,3C); att (B,NH,T,T).
 template <typename F>
-void attention_backward(F* dqkv, F* scratch, const F* dout, const F* qkv, const F* att, int B, int T, int C,
-                        int NH);
+void attention_backward(F* dqkv, F* scratch, const F* dout, const F* qkv, const F* att, int B, int T, int C, int NH);
 }  // namespace scalelab

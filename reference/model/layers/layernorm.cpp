@@ -25,8 +25,8 @@ void layernorm_forward(F* out, F* mean, F* rstd, const F* inp, const F* weight, 
 }
 
 template <typename F>
-void layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight,
-                        const F* mean, const F* rstd, int N, int C) {
+void layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight, const F* mean,
+                        const F* rstd, int N, int C) {
   // LAB 00 BEGIN layernorm_backward: section 3.2
   for (int i = 0; i < N; ++i) {
     const F* d = dout + static_cast<std::size_t>(i) * C;
@@ -54,9 +54,10 @@ void layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* i
 }
 
 template void layernorm_forward<float>(float*, float*, float*, const float*, const float*, const float*, int, int);
-template void layernorm_forward<double>(double*, double*, double*, const double*, const double*, const double*, int, int);
-template void layernorm_backward<float>(float*, float*, float*, const float*, const float*, const float*,
-                                        const float*, const float*, int, int);
+template void layernorm_forward<double>(double*, double*, double*, const double*, const double*, const double*, int,
+                                        int);
+template void layernorm_backward<float>(float*, float*, float*, const float*, const float*, const float*, const float*,
+                                        const float*, int, int);
 template void layernorm_backward<double>(double*, double*, double*, const double*, const double*, const double*,
                                          const double*, const double*, int, int);
 

@@ -8,6 +8,6 @@ void layernorm_forward(F* out, F* mean, F* rstd, const F* inp, const F* weight, 
 // dinp (N,C) += (the input is always a residual stream that also gets the skip gradient);
 // dweight, dbias (C) +=; dout (N,C).
 template <typename F>
-void layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight,
-                        const F* mean, const F* rstd, int N, int C);
+void layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight, const F* mean,
+                        const F* rstd, int N, int C);
 }  // namespace scalelab

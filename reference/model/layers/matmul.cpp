@@ -18,8 +18,8 @@ void matmul_forward(F* out, const F* inp, const F* weight, const F* bias, int N,
 }
 
 template <typename F>
-void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight,
-                     int N, int C, int OC) {
+void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight, int N, int C,
+                     int OC) {
   // LAB 00 BEGIN matmul_backward: section 3.3
   // dinp (N,C) = dout (N,OC) @ weight (OC,C)
   gemm<F>(false, false, N, C, OC, F(1), dout, OC, weight, C, F(0), dinp, C);
@@ -36,7 +36,7 @@ void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp,
 template void matmul_forward<float>(float*, const float*, const float*, const float*, int, int, int);
 template void matmul_forward<double>(double*, const double*, const double*, const double*, int, int, int);
 template void matmul_backward<float>(float*, float*, float*, const float*, const float*, const float*, int, int, int);
-template void matmul_backward<double>(double*, double*, double*, const double*, const double*, const double*, int,
-                                      int, int);
+template void matmul_backward<double>(double*, double*, double*, const double*, const double*, const double*, int, int,
+                                      int);
 
 }  // namespace scalelab

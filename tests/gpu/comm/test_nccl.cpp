@@ -239,8 +239,7 @@ TEST_CASE("nccl refuses wrong arguments with a clear error, and stays usable", "
   REQUIRE_THROWS_WITH(c.broadcast(host.data(), 7, DataType::kFloat32, 0), Contains("host pointer"));
   REQUIRE_THROWS_WITH(c.isend(host.data(), 7, DataType::kFloat32, 0), Contains("host pointer"));
   DeviceBuffer<float> d(16, MemCategory::kComm, nullptr);
-  REQUIRE_THROWS_WITH(c.all_reduce(d.data(), d.data() + 1, 7, DataType::kFloat32, ReduceOp::kSum),
-                      Contains("overlap"));
+  REQUIRE_THROWS_WITH(c.all_reduce(d.data(), d.data() + 1, 7, DataType::kFloat32, ReduceOp::kSum), Contains("overlap"));
   REQUIRE_THROWS_WITH(c.isend(d.data(), 7, DataType::kFloat32, c.size()), Contains("not a rank"));
   if (c.size() > 1) {
     // A count that differs across ranks: NCCL would hang or mix data; the check names both.

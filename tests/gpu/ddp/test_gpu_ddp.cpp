@@ -89,8 +89,8 @@ TEST_CASE("GPU DDP on d ranks equals stage 01 on the CPU with d micro-batches", 
     const std::size_t offset = static_cast<std::size_t>(world.rank()) * local * kT;
     const auto wire_before = world.stats()[CommOp::kAllReduce].bytes_sent;
     ddp.begin_step(1);
-    double loss = accumulate_gradients(model, batch.tokens.data() + offset, batch.targets.data() + offset, local, kT,
-                                       1, 1.0 / d);
+    double loss = accumulate_gradients(model, batch.tokens.data() + offset, batch.targets.data() + offset, local, kT, 1,
+                                       1.0 / d);
     const DdpStepReport report = ddp.finish_step();
     const auto wire_bytes = world.stats()[CommOp::kAllReduce].bytes_sent - wire_before;
     world.all_reduce(&loss, 1);
@@ -120,7 +120,8 @@ TEST_CASE("GPU DDP keeps the parameters bitwise identical on every rank", "[gpu_
     MemoryTracker tracker;
     TrainOptions o = tiny_gpu_options(data);
     o.grad_accum = kB % (2 * world.size()) == 0 ? 2 : 1;
-    Trainer trainer(o, &tracker, gpu_factory(), ddp_strategy(world, gpu_buckets(DdpOptions::parse_mode(mode)), staging()));
+    Trainer trainer(o, &tracker, gpu_factory(),
+                    ddp_strategy(world, gpu_buckets(DdpOptions::parse_mode(mode)), staging()));
     Communicator& dev = ddp_of(trainer).gradient_communicator();
     double first = 0, last = 0;
     for (int i = 0; i < 5; ++i) {
@@ -138,7 +139,8 @@ TEST_CASE("GPU DDP keeps the parameters bitwise identical on every rank", "[gpu_
     for (const ParamTensor& t : m.layout().tensors()) {
       const Comparison c = compare_bitwise(t.name + " on rank " + std::to_string(world.rank()) + " vs rank 0",
                                            mine.data() + t.offset, root.data() + t.offset, t.numel);
-      INFO(c.message() << ", relative error " << relative_norm_error(mine.data() + t.offset, root.data() + t.offset, t.numel));
+      INFO(c.message() << ", relative error "
+                       << relative_norm_error(mine.data() + t.offset, root.data() + t.offset, t.numel));
       CHECK(c.ok);
     }
   }
@@ -180,8 +182,8 @@ TEST_CASE("the host-staging communicator's collectives give exact results", "[gp
   auto expect_sum = [&](const std::vector<float>& got, std::size_t first, std::size_t count, const char* what) {
     std::vector<float> want(count);
     for (std::size_t i = 0; i < count; ++i) want[i] = ranks_sum * static_cast<float>(first + i);
-    const Comparison c = compare_bitwise(std::string(what) + " on rank " + std::to_string(r), got.data(),
-                                         want.data(), count);
+    const Comparison c = compare_bitwise(std::string(what) + " on rank " + std::to_string(r), got.data(), want.data(),
+                                         count);
     INFO(c.message());
     CHECK(c.ok);
   };
@@ -236,7 +238,8 @@ TEST_CASE("GPU DDP refuses what it cannot do with one clear message", "[gpu_ddp_
                                     std::string(world.backend()) + "' communicator works on host memory"));
   DdpOptions ring = gpu_buckets(DdpOptions::Mode::kNaive);
   ring.algorithm = DdpOptions::Algorithm::kRing;
-  CHECK_THROWS_WITH(DataParallel(dev, model, ring), Catch::Contains("allreduce: ring adds the received pieces on the host"));
+  CHECK_THROWS_WITH(DataParallel(dev, model, ring),
+                    Catch::Contains("allreduce: ring adds the received pieces on the host"));
   // Mixed precision: the CPU's MixedPrecisionModel message, word for word.
   GpuTrainModel<cuda::bf16> bf16_model(config_from(kShape), &tracker);
   CHECK_THROWS_WITH(DataParallel(dev, bf16_model, gpu_buckets(DdpOptions::Mode::kBucketed)),

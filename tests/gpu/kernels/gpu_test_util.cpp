@@ -64,8 +64,8 @@ Closeness closeness(const std::string& what, const std::vector<float>& got, cons
     os << "; largest difference " << worst << " at index " << worst_at << " (GPU " << got[worst_at] << ", CPU "
        << want[worst_at] << ")";
   if (nonfinite)
-    os << "; " << nonfinite << " non-finite GPU values (unwritten outputs stay NaN), first at index "
-       << first_nonfinite << " (GPU " << got[first_nonfinite] << ", CPU " << want[first_nonfinite] << ")";
+    os << "; " << nonfinite << " non-finite GPU values (unwritten outputs stay NaN), first at index " << first_nonfinite
+       << " (GPU " << got[first_nonfinite] << ", CPU " << want[first_nonfinite] << ")";
   return {rel, os.str()};
 }
 
@@ -93,8 +93,9 @@ void check_bitwise(const std::string& what, const std::vector<float>& got, const
   std::ostringstream os;
   os << what << ": " << differ << " of " << got.size() << " elements differ bitwise";
   if (differ)
-    os << ", first at index " << first << ": GPU " << got[first] << " (" << hex(std::bit_cast<std::uint32_t>(got[first]))
-       << "), CPU " << want[first] << " (" << hex(std::bit_cast<std::uint32_t>(want[first])) << "), difference "
+    os << ", first at index " << first << ": GPU " << got[first] << " ("
+       << hex(std::bit_cast<std::uint32_t>(got[first])) << "), CPU " << want[first] << " ("
+       << hex(std::bit_cast<std::uint32_t>(want[first])) << "), difference "
        << static_cast<double>(got[first]) - want[first];
   INFO(os.str());
   CHECK(differ == 0);

@@ -40,9 +40,12 @@ using scalelab::cuda::fp16;
 //  fp16  2e-3: the same with 11 significant bits, 2^-12 = 2.4e-4 per rounding.
 template <typename F>
 constexpr double rel_tolerance() {
-  if constexpr (std::is_same_v<F, bf16>) return 1e-2;
-  else if constexpr (std::is_same_v<F, fp16>) return 2e-3;
-  else return 1e-5;
+  if constexpr (std::is_same_v<F, bf16>)
+    return 1e-2;
+  else if constexpr (std::is_same_v<F, fp16>)
+    return 2e-3;
+  else
+    return 1e-5;
 }
 
 template <typename F>
@@ -88,8 +91,7 @@ DeviceBuffer<F> upload(const std::vector<float>& x) {
   } else {
     std::vector<std::uint16_t> bits(x.size());
     scalelab::float_to_half(bits.data(), x.data(), x.size(), half_format<F>());
-    if (!bits.empty())
-      SCALELAB_CUDA_CHECK(cudaMemcpy(d.data(), bits.data(), bits.size() * 2, cudaMemcpyHostToDevice));
+    if (!bits.empty()) SCALELAB_CUDA_CHECK(cudaMemcpy(d.data(), bits.data(), bits.size() * 2, cudaMemcpyHostToDevice));
   }
   return d;
 }
@@ -102,8 +104,7 @@ std::vector<float> download(const DeviceBuffer<F>& d) {
     d.copy_to_host(x.data(), x.size());
   } else {
     std::vector<std::uint16_t> bits(d.size());
-    if (!bits.empty())
-      SCALELAB_CUDA_CHECK(cudaMemcpy(bits.data(), d.data(), bits.size() * 2, cudaMemcpyDeviceToHost));
+    if (!bits.empty()) SCALELAB_CUDA_CHECK(cudaMemcpy(bits.data(), d.data(), bits.size() * 2, cudaMemcpyDeviceToHost));
     scalelab::half_to_float(x.data(), bits.data(), bits.size(), half_format<F>());
   }
   return x;
@@ -114,8 +115,7 @@ template <typename F>
 std::vector<std::uint16_t> download_bits(const DeviceBuffer<F>& d) {
   static_assert(sizeof(F) == 2, "16-bit formats only");
   std::vector<std::uint16_t> bits(d.size());
-  if (!bits.empty())
-    SCALELAB_CUDA_CHECK(cudaMemcpy(bits.data(), d.data(), bits.size() * 2, cudaMemcpyDeviceToHost));
+  if (!bits.empty()) SCALELAB_CUDA_CHECK(cudaMemcpy(bits.data(), d.data(), bits.size() * 2, cudaMemcpyDeviceToHost));
   return bits;
 }
 

@@ -35,7 +35,8 @@ TEST_CASE("adamw_update (fp32) is bitwise equal to the CPU's update_range", "[gp
     scalelab::AdamW cpu(n, test_config(), &tracker);
     std::vector<float> params = random_values(n, rng);
     DeviceBuffer<float> d_params = upload<float>(params);
-    DeviceBuffer<float> d_m(n, MemCategory::kOptimizer, nullptr), d_v(n, MemCategory::kOptimizer, nullptr);  // 0, as the CPU's
+    DeviceBuffer<float> d_m(n, MemCategory::kOptimizer, nullptr),
+        d_v(n, MemCategory::kOptimizer, nullptr);  // 0, as the CPU's
     for (double lr : kLearningRates) {
       const std::vector<float> grads = random_values(n, rng, 1e-4f, 2.0f);
       DeviceBuffer<float> d_grads = upload<float>(grads);
@@ -82,8 +83,8 @@ TEMPLATE_TEST_CASE("adamw_update_mixed is bitwise equal to widen, scale, update_
       scalelab::float_to_half(params.data(), master.data(), n, half_format<H>());
 
       const cuda::AdamWScalars k = cuda::adamw_scalars(cpu.config(), cpu.step_count(), lr);
-      cuda::adamw_update_mixed(d_params.data(), d_master.data(), d_grads.data(), d_m.data(), d_v.data(), n,
-                               grad_scale, k, stream.get());
+      cuda::adamw_update_mixed(d_params.data(), d_master.data(), d_grads.data(), d_m.data(), d_v.data(), n, grad_scale,
+                               k, stream.get());
       stream.synchronize();
       const std::string at = label + " step " + std::to_string(cpu.step_count());
       check_bitwise(at + " master", download(d_master), master);

@@ -56,8 +56,8 @@ TEMPLATE_TEST_CASE("attention forward and backward match the CPU twin", "[gpu][a
     DeviceBuffer<F> d_scratch(cuda::attention_scratch_elements(T, NH), MemCategory::kWorkspace, nullptr);
     poison(d_dqkv);
     poison(d_scratch);  // scratch must be written before it is read
-    cuda::attention_backward(d_dqkv.data(), d_scratch.data(), d_dout.data(), d_qkv.data(), d_att_in.data(), B, T, C,
-                             NH, blas);
+    cuda::attention_backward(d_dqkv.data(), d_scratch.data(), d_dout.data(), d_qkv.data(), d_att_in.data(), B, T, C, NH,
+                             blas);
     stream.synchronize();
     std::vector<float> dqkv(n_qkv), scratch(static_cast<std::size_t>(T) * T);
     scalelab::attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);

@@ -24,8 +24,8 @@ TEMPLATE_TEST_CASE("crossentropy forward, backward and mean loss match the CPU t
   cuda::Stream stream;
   const std::vector<std::pair<int, int>> shapes = {{1, 257}, {7, 257}, {33, 1000 + 3}, {5, 50257}};  // (N, V)
   for (auto [N, V] : shapes) {
-    const std::string label =
-        std::string("crossentropy ") + dtype_name<F>() + " N=" + std::to_string(N) + " V=" + std::to_string(V);
+    const std::string label = std::string("crossentropy ") + dtype_name<F>() + " N=" + std::to_string(N) +
+                              " V=" + std::to_string(V);
     Rng rng(seed_for(label));
     const std::size_t NV = static_cast<std::size_t>(N) * V;
     const std::vector<float> logits = random_inputs<F>(NV, rng, 0.05f, 4.0f);

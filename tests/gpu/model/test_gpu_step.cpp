@@ -55,7 +55,9 @@ Batch random_batch(int V, std::uint64_t seed) {
 double relative(double a, double b) { return std::fabs(a - b) / std::max(std::fabs(b), 1e-30); }
 
 // ||a - b|| / ||b|| over one tensor; when ||b|| is 0, a must be exactly 0 too.
-double tensor_error(const float* a, const float* b, std::size_t n) { return scalelab_test::relative_norm_error(a, b, n); }
+double tensor_error(const float* a, const float* b, std::size_t n) {
+  return scalelab_test::relative_norm_error(a, b, n);
+}
 
 void check_by_tensor(const ParamLayout& layout, const float* gpu, const float* cpu, double tol, const char* what) {
   for (const ParamTensor& t : layout.tensors()) {
@@ -107,8 +109,8 @@ struct Tolerances {
 // One full comparison: loss and gradients of the first step, then parameters after kSteps
 // AdamW steps (with clipping), each step on a new batch. Returns nothing; CHECKs inside.
 template <typename F>
-void compare_with_cpu(TrainModel& cpu, const std::function<std::vector<float>()>& cpu_grads,
-                      GpuTrainModel<F>& gpu, const Tolerances& tol) {
+void compare_with_cpu(TrainModel& cpu, const std::function<std::vector<float>()>& cpu_grads, GpuTrainModel<F>& gpu,
+                      const Tolerances& tol) {
   const GPTConfig& c = cpu.config();
   const std::size_t n = cpu.num_params();
   const AdamWConfig adamw{.lr = kLr, .weight_decay = 0.1};
@@ -150,9 +152,8 @@ TEST_CASE("GPU fp32 GPT: loss, gradients and AdamW steps equal the CPU's", "[gpu
   const GPTConfig c = gpt_config_by_name("tiny");
   Fp32TrainModel cpu(c, nullptr);
   GpuTrainModel<float> gpu(c, nullptr);
-  compare_with_cpu(
-      cpu, [&cpu] { return std::vector<float>(cpu.gpt().grads(), cpu.gpt().grads() + cpu.num_params()); }, gpu,
-      {.loss = 1e-5, .grads = 1e-4, .params = 1e-3});
+  compare_with_cpu(cpu, [&cpu] { return std::vector<float>(cpu.gpt().grads(), cpu.gpt().grads() + cpu.num_params()); },
+                   gpu, {.loss = 1e-5, .grads = 1e-4, .params = 1e-3});
 }
 
 TEST_CASE("GPU bf16 GPT: within bf16 rounding of the CPU's mixed-precision model", "[gpu][model][bf16]") {

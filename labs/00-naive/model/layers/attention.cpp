@@ -62,8 +62,7 @@ void attention_forward(F* out, F* att, const F* qkv, int B, int T, int C, int NH
 }
 
 template <typename F>
-void attention_backward(F* dqkv, F* scratch, const F* dout, const F* qkv, const F* att, int B, int T, int C,
-                        int NH) {
+void attention_backward(F* dqkv, F* scratch, const F* dout, const F* qkv, const F* att, int B, int T, int C, int NH) {
   // Lab 00 TODO: implement attention_backward (labs/00-naive/README.md, section 3.6).
   // Replace the lines from here to "end of Lab 00 TODO" with your code.
   // (void) keeps the compiler quiet about unused names until your code uses them.

@@ -31,8 +31,8 @@ void layernorm_forward(F* out, F* mean, F* rstd, const F* inp, const F* weight, 
 }
 
 template <typename F>
-void layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight,
-                        const F* mean, const F* rstd, int N, int C) {
+void layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight, const F* mean,
+                        const F* rstd, int N, int C) {
   // Lab 00 TODO: implement layernorm_backward (labs/00-naive/README.md, section 3.2).
   // Replace the lines from here to "end of Lab 00 TODO" with your code.
   // (void) keeps the compiler quiet about unused names until your code uses them.
@@ -43,9 +43,10 @@ void layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* i
 }
 
 template void layernorm_forward<float>(float*, float*, float*, const float*, const float*, const float*, int, int);
-template void layernorm_forward<double>(double*, double*, double*, const double*, const double*, const double*, int, int);
-template void layernorm_backward<float>(float*, float*, float*, const float*, const float*, const float*,
-                                        const float*, const float*, int, int);
+template void layernorm_forward<double>(double*, double*, double*, const double*, const double*, const double*, int,
+                                        int);
+template void layernorm_backward<float>(float*, float*, float*, const float*, const float*, const float*, const float*,
+                                        const float*, int, int);
 template void layernorm_backward<double>(double*, double*, double*, const double*, const double*, const double*,
                                          const double*, const double*, int, int);
 

@@ -24,8 +24,8 @@ void matmul_forward(F* out, const F* inp, const F* weight, const F* bias, int N,
 }
 
 template <typename F>
-void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight,
-                     int N, int C, int OC) {
+void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight, int N, int C,
+                     int OC) {
   // Lab 00 TODO: implement matmul_backward (labs/00-naive/README.md, section 3.3).
   // Replace the lines from here to "end of Lab 00 TODO" with your code.
   // (void) keeps the compiler quiet about unused names until your code uses them.
@@ -38,7 +38,7 @@ void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp,
 template void matmul_forward<float>(float*, const float*, const float*, const float*, int, int, int);
 template void matmul_forward<double>(double*, const double*, const double*, const double*, int, int, int);
 template void matmul_backward<float>(float*, float*, float*, const float*, const float*, const float*, int, int, int);
-template void matmul_backward<double>(double*, double*, double*, const double*, const double*, const double*, int,
-                                      int, int);
+template void matmul_backward<double>(double*, double*, double*, const double*, const double*, const double*, int, int,
+                                      int);
 
 }  // namespace scalelab
