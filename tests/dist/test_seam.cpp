@@ -176,4 +176,13 @@ TEST_CASE("the library's factory picks single device or DDP from the options, an
   TrainOptions o = seam_options(data);
   o.parallel.zero = 1;
   CHECK_THROWS_WITH(Trainer(o, &t, {}, factory), Catch::Contains("zero: ZeRO (--zero 1) is stage 07"));
+  // A grid that does not match the job fails on every rank, with the same message, before any
+  // rank waits for another.
+  o = seam_options(data);
+  o.parallel.dp = world.size() + 1;
+  const std::string want = "dp: --dp " + std::to_string(world.size() + 1) +
+                           " x --tp 1 x --pp 1 = " + std::to_string(world.size() + 1) + " ranks, but this job has " +
+                           std::to_string(world.size());
+  CHECK_THROWS_WITH(check_parallel_options(o, world.size()), Catch::Contains(want));
+  CHECK_THROWS_WITH(Trainer(o, &t, {}, factory), Catch::Contains(want));
 }
