@@ -29,7 +29,7 @@ void check_parallel_options(const TrainOptions& o, int world_size) {
 }
 
 StrategyFactory make_strategy_factory(Communicator* world, GradCommFactory grad_comm) {
-  return [world, grad_comm](const TrainOptions& o, TrainModel&) -> std::unique_ptr<ParallelStrategy> {
+  return [world, grad_comm](const TrainOptions& o) -> std::unique_ptr<ParallelStrategy> {
     const int world_size = world ? world->size() : 1;
     check_parallel_options(o, world_size);
     const int d = o.data_parallel_size(world_size);

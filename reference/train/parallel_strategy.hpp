@@ -12,6 +12,10 @@
 //     strategy.optimizer_step(...)           the update (07: each rank updates its shard)
 //     strategy.step_report()                 bytes moved and communication time of the step
 //
+// Before the first step the strategy builds this rank's model (make_model: the whole model, a
+// pipeline stage's slice, a tensor-parallel shard) and attaches to it (attach: DDP's replicas
+// agree and start from rank 0's weights).
+//
 // Single-device training (train/single_device.hpp) and data parallelism (dist/ddp_strategy.hpp)
 // are its first two implementations; parallel/strategy_factory.cpp picks one from
 // TrainOptions::parallel. A new stage implements this interface in its own files and adds one
@@ -32,6 +36,11 @@ namespace scalelab {
 
 class Timeline;
 struct TrainCheckpoint;
+
+// Builds a model for a config and a precision. The library cannot see CUDA, so a program built
+// with it hands the trainer a factory for the GPU models (apps/scalelab/device_models.hpp).
+using TrainModelFactory =
+    std::function<std::unique_ptr<TrainModel>(const GPTConfig&, const std::string& precision, MemoryTracker*)>;
 
 // One optimizer step's global batch: rows x T tokens and targets, the same on every rank.
 struct GlobalBatch {
@@ -71,6 +80,14 @@ class ParallelStrategy {
   // How many data-parallel replicas split each batch's rows (1 without data parallelism). The
   // trainer sizes validation pieces by it.
   virtual int data_parallel_size() const { return 1; }
+
+  // This rank's model, built once before anything else touches it: by default the whole model
+  // from `whole` (the CPU's or the GPU's factory). A pipeline stage builds its slice of the
+  // blocks, tensor parallelism its shard of every layer.
+  virtual std::unique_ptr<TrainModel> make_model(const GPTConfig& config, const std::string& precision,
+                                                 MemoryTracker* tracker, const TrainModelFactory& whole) {
+    return whole(config, precision, tracker);
+  }
 
   // Called once, after the model and optimizer exist and the weights are initialised or loaded,
   // before the first step (collective where the strategy communicates: replicas agree here).
@@ -116,8 +133,8 @@ class ParallelStrategy {
   virtual void save_checkpoint(const TrainCheckpoint& checkpoint, const std::string& path) const;
 };
 
-// Builds the strategy for a run's options and model (parallel/strategy_factory.hpp makes the
-// library's; a test can hand the trainer its own).
-using StrategyFactory = std::function<std::unique_ptr<ParallelStrategy>(const TrainOptions&, TrainModel&)>;
+// Builds the strategy for a run's options (parallel/strategy_factory.hpp makes the library's; a
+// test can hand the trainer its own).
+using StrategyFactory = std::function<std::unique_ptr<ParallelStrategy>(const TrainOptions&)>;
 
 }  // namespace scalelab

@@ -22,6 +22,15 @@ Trainer::Trainer(const TrainOptions& options, MemoryTracker* tracker, const Trai
     : options_(options), tracker_(tracker) {
   options_.validate();
   const GPTConfig config = options_.model_config();
+  if (strategies) {
+    strategy_ = strategies(options_);
+  } else {
+    require(options_.parallel.single_device(), "parallel",
+            "the options ask for parallel training, but this program gave the trainer no parallel strategies",
+            "train through scalelab train (mpirun -np N), or pass make_strategy_factory(world) to the Trainer");
+    strategy_ = std::make_unique<SingleDevice>();
+  }
+
   T_ = options_.seq_len > 0 ? options_.seq_len : config.max_seq_len;
   set_blas_threads(options_.threads);
 
@@ -33,8 +42,8 @@ Trainer::Trainer(const TrainOptions& options, MemoryTracker* tracker, const Trai
   require(factory || options_.device == "cpu", "device",
           "'" + options_.device + "' was asked for, but this program gave the trainer no model factory for it",
           "use --device cpu, or a scalelab built with CUDA");
-  model_ = factory ? factory(config, options_.precision, tracker_)
-                   : make_train_model(config, options_.precision, tracker_);
+  const TrainModelFactory whole = factory ? factory : TrainModelFactory(make_train_model);
+  model_ = strategy_->make_model(config, options_.precision, tracker_, whole);
   model_->set_checkpoint_policy(options_.checkpoint);
   // A model that keeps m and v on its device counts them itself; the AdamW here is then a host
   // mirror for checkpoints, not memory of the run.
@@ -54,14 +63,6 @@ Trainer::Trainer(const TrainOptions& options, MemoryTracker* tracker, const Trai
     model_->init_weights(options_.seed);
   }
 
-  if (strategies) {
-    strategy_ = strategies(options_, *model_);
-  } else {
-    require(options_.parallel.single_device(), "parallel",
-            "the options ask for parallel training, but this program gave the trainer no parallel strategies",
-            "train through scalelab train (mpirun -np N), or pass make_strategy_factory(world) to the Trainer");
-    strategy_ = std::make_unique<SingleDevice>();
-  }
   strategy_->attach(StrategyContext{*model_, *optimizer_, options_, tracker_, T_, run_description()});
   // Validation runs in pieces of the training micro-batch (see validation_loss()).
   const int pieces = options_.micro_batches() * strategy_->data_parallel_size();

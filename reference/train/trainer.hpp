@@ -38,17 +38,13 @@ struct StepStats {
   std::uint64_t comm_bytes_sent = 0;  // by this rank during the step
 };
 
-// Builds the model for a config and a precision. The library cannot see CUDA, so a program
-// built with it hands the trainer a factory for the GPU models (apps/scalelab/device_models.hpp).
-using TrainModelFactory =
-    std::function<std::unique_ptr<TrainModel>(const GPTConfig&, const std::string& precision, MemoryTracker*)>;
-
 class Trainer {
  public:
-  // Builds the model and optimizer, loads data, weights or a checkpoint, as the options say,
-  // then installs the parallel strategy. Without a model factory the model is the CPU's
-  // (make_train_model), and options.device must be "cpu". Without a strategy factory the run
-  // is on one device (SingleDevice), and options asking for more are refused; with one
+  // Builds the parallel strategy, loads the data, builds this rank's model (the strategy
+  // decides which: the whole model, or a pipeline stage's slice, ...) and the optimizer, loads
+  // weights or a checkpoint, as the options say. Without a model factory the model is the CPU's
+  // (make_train_model), and options.device must be "cpu". Without a strategy factory the run is
+  // on one device (SingleDevice), and options asking for more are refused; with one
   // (parallel/strategy_factory.hpp, or a test's own) the strategy is what it builds, attached
   // after the weights are in place (collective for a strategy that communicates).
   Trainer(const TrainOptions& options, MemoryTracker* tracker, const TrainModelFactory& factory = {},

@@ -36,6 +36,11 @@ class DelayedAllReduce final : public ParallelStrategy {
   explicit DelayedAllReduce(Communicator& comm) : comm_(comm) {}
   std::string describe() const override { return "test double: one delayed all-reduce"; }
   int data_parallel_size() const override { return comm_.size(); }
+  std::unique_ptr<TrainModel> make_model(const GPTConfig& config, const std::string& precision, MemoryTracker* tracker,
+                                         const TrainModelFactory& whole) override {
+    calls.push_back("make_model");
+    return whole(config, precision, tracker);
+  }
   void attach(const StrategyContext& ctx) override {
     calls.push_back("attach");
     model_ = &ctx.model;
@@ -112,7 +117,7 @@ TEST_CASE("a strategy written outside the library trains through the seam like s
 
   MemoryTracker t2;
   DelayedAllReduce* dbl = nullptr;
-  Trainer got(seam_options(data), &t2, {}, [&](const TrainOptions&, TrainModel&) {
+  Trainer got(seam_options(data), &t2, {}, [&](const TrainOptions&) {
     auto s = std::make_unique<DelayedAllReduce>(world);
     dbl = s.get();
     return s;
@@ -135,8 +140,8 @@ TEST_CASE("a strategy written outside the library trains through the seam like s
     CHECK_MATCH(compare_close("params after 3 steps vs stage 01", got.model().master_params(), p, n, 0, 1e-5 * scale));
   }
 
-  // The seam's points, in order: attach once, then per step the five hooks.
-  std::vector<std::string> expected = {"attach"};
+  // The seam's points, in order: the model and attach once, then per step the five hooks.
+  std::vector<std::string> expected = {"make_model", "attach"};
   for (int step = 0; step < 3; ++step)
     for (const char* c : {"begin_step", "run_micro_batches", "sync_gradients", "mean_loss", "optimizer_step"})
       expected.push_back(c);

@@ -31,7 +31,7 @@ inline scalelab::DdpOptions small_buckets(scalelab::DdpOptions::Mode mode, scale
 // communicator made by make_grad_comm when given (a GPU model's).
 inline scalelab::StrategyFactory ddp_strategy(scalelab::Communicator& world, const scalelab::DdpOptions& options,
                                               scalelab::GradCommFactory make_grad_comm = {}) {
-  return [&world, options, make_grad_comm](const scalelab::TrainOptions&, scalelab::TrainModel&) {
+  return [&world, options, make_grad_comm](const scalelab::TrainOptions&) {
     return std::make_unique<scalelab::DdpStrategy>(world, options, nullptr, make_grad_comm);
   };
 }
