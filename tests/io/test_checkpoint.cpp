@@ -47,6 +47,14 @@ void write_edited(const std::string& path, const std::map<std::string, std::stri
 
 std::map<std::string, std::string> metadata_of(const std::string& path) { return SafetensorsFile(path).metadata(); }
 
+// The three tensors of `ck` as a checkpoint stores them, for write_edited.
+std::vector<TensorRef> tensors_of(const TrainCheckpoint& ck) {
+  const std::size_t n = ck.params.size();
+  return {{"params", "F32", {n}, ck.params.data()},
+          {"adam.m", "F32", {n}, ck.adam_m.data()},
+          {"adam.v", "F32", {n}, ck.adam_v.data()}};
+}
+
 }  // namespace
 
 TEST_CASE("checkpoint round trip restores every field exactly", "[io][checkpoint]") {
@@ -109,28 +117,7 @@ TEST_CASE("checkpoint of an overridden shape round-trips, and its mismatch names
                              "(num_layers=2); resume with --config tiny --layers 3 --heads 2, or start a new run"));
 }
 
-TEST_CASE("checkpoint without an lr schedule (written before it was stored) loads as constant", "[io][checkpoint]") {
-  TempDir dir;
-  const std::string path = dir.file("ck.safetensors");
-  const GPTConfig tiny = gpt_config_by_name("tiny");
-  const TrainCheckpoint ck = make_checkpoint(tiny);
-  save_checkpoint(path, ck);
-  auto md = metadata_of(path);
-  for (const char* key : {"lr_schedule", "warmup_steps", "decay_steps", "min_lr_fraction", "total_steps"})
-    md.erase(key);
-  const std::size_t n = ck.params.size();
-  write_edited(path, md,
-               {{"params", "F32", {n}, ck.params.data()},
-                {"adam.m", "F32", {n}, ck.adam_m.data()},
-                {"adam.v", "F32", {n}, ck.adam_v.data()}});
-  const TrainCheckpoint r = load_checkpoint(path, &tiny);
-  CHECK(r.lr_schedule == LrSchedule{});
-  CHECK(r.lr_schedule.kind == LrSchedule::Kind::kConstant);
-  CHECK(r.total_steps == 0);
-  CHECK(r.step == ck.step);
-}
-
-TEST_CASE("checkpoint load rejects bad files with a clear message", "[io][checkpoint]") {
+TEST_CASE("checkpoint load reads older files and rejects bad ones with a clear message", "[io][checkpoint]") {
   TempDir dir;
   const std::string path = dir.file("ck.safetensors");
   const GPTConfig tiny = gpt_config_by_name("tiny");
@@ -138,10 +125,18 @@ TEST_CASE("checkpoint load rejects bad files with a clear message", "[io][checkp
   save_checkpoint(path, ck);
   auto md = metadata_of(path);
   const std::size_t n = ck.params.size();
-  std::vector<TensorRef> tensors = {{"params", "F32", {n}, ck.params.data()},
-                                    {"adam.m", "F32", {n}, ck.adam_m.data()},
-                                    {"adam.v", "F32", {n}, ck.adam_v.data()}};
+  std::vector<TensorRef> tensors = tensors_of(ck);
 
+  SECTION("checkpoint written before the lr schedule was stored: loads as constant") {
+    for (const char* key : {"lr_schedule", "warmup_steps", "decay_steps", "min_lr_fraction", "total_steps"})
+      md.erase(key);
+    write_edited(path, md, tensors);
+    const TrainCheckpoint r = load_checkpoint(path, &tiny);
+    CHECK(r.lr_schedule == LrSchedule{});
+    CHECK(r.lr_schedule.kind == LrSchedule::Kind::kConstant);
+    CHECK(r.total_steps == 0);
+    CHECK(r.step == ck.step);
+  }
   SECTION("checkpoint for another config") {
     const GPTConfig mini = gpt_config_by_name("mini");
     CHECK_THROWS_AS(load_checkpoint(path, &mini), ConfigError);
