@@ -33,7 +33,6 @@ void run_training_job(const TrainOptions& options, RunOutput out) {
   if (options.parallel.backend == "nccl") require_nccl_backend(options.device);  // before MPI starts
   CommRuntime runtime(runtime_backend(options.parallel.backend), CommOptions{});
   const int status = runtime.run([&](Communicator& world) {
-    check_parallel_options(options, world.size());  // before any data is read, on every rank
     out.progress = out.progress && world.rank() == 0;
     TrainOptions mine = options;
     if (world.rank() != 0) mine.metrics = "";  // rank 0 writes the metrics; the strategy decides the rest

@@ -10,12 +10,11 @@
 
 namespace scalelab {
 
+// The options were validated (TrainOptions::validate): bucket sizes are positive.
 DdpOptions ddp_options_from(const ParallelOptions& p) {
   DdpOptions o;
   o.mode = DdpOptions::parse_mode(p.ddp == "auto" ? "bucketed" : p.ddp);
   o.algorithm = DdpOptions::parse_algorithm(p.allreduce);
-  require(p.bucket_mb > 0 && p.first_bucket_mb > 0, "bucket_mb", "bucket sizes must be positive",
-          "pass e.g. --bucket-mb 25 --first-bucket-mb 1");
   o.bucket_bytes = static_cast<std::size_t>(p.bucket_mb * 1048576);
   o.first_bucket_bytes = static_cast<std::size_t>(p.first_bucket_mb * 1048576);
   return o;
@@ -29,10 +28,7 @@ DdpStrategy::~DdpStrategy() = default;
 
 void DdpStrategy::attach(const StrategyContext& ctx) {
   const int d = comm_.size(), m = ctx.options.micro_batches();
-  require(ctx.options.batch % (d * m) == 0, "batch",
-          std::to_string(ctx.options.batch) + " rows do not split into " + std::to_string(d) + " ranks x " +
-              std::to_string(m) + " micro-batches",
-          "choose --batch divisible by (ranks x --grad-accum) = " + std::to_string(d * m));
+  check_batch_split(ctx.options.batch, d, m);
   batch_rows_ = ctx.options.batch;
   check_replicas_agree(comm_, ctx.run_description);
   // Like PyTorch's DDP: rank 0's parameters are the starting point of every replica.

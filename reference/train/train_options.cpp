@@ -123,9 +123,13 @@ void TrainOptions::validate(int world_size) const {
   }
   const int d = data_parallel_size(world_size);
   const int m = micro_batches();
-  require(batch % (d * m) == 0, "batch",
-          str(batch) + " rows do not split into " + str(d) + " ranks x " + str(m) + " micro-batches",
-          "choose --batch divisible by (ranks x --grad-accum) = " + str(d * m));
+  check_batch_split(batch, d, m);
+}
+
+void check_batch_split(int batch, int ranks, int micro_batches) {
+  require(batch % (ranks * micro_batches) == 0, "batch",
+          str(batch) + " rows do not split into " + str(ranks) + " ranks x " + str(micro_batches) + " micro-batches",
+          "choose --batch divisible by (ranks x --grad-accum) = " + str(ranks * micro_batches));
 }
 
 // The JSON form. Each field is listed once in each direction; the round-trip test

@@ -92,6 +92,10 @@ struct TrainOptions {
   void validate(int world_size = 0) const;
 };
 
+// The one check that a batch of `batch` rows splits into ranks x micro_batches equal pieces
+// (TrainOptions::validate, and a data-parallel strategy that learns its rank count at attach).
+void check_batch_split(int batch, int ranks, int micro_batches);
+
 // Every field, exactly: doubles are written with 17 significant digits, which read back to the
 // same bits. options_from_json refuses unknown or missing keys (a file from another version).
 nlohmann::json options_to_json(const TrainOptions& options);

@@ -170,7 +170,7 @@ DdpStepReport DataParallel::finish_step() {
   }
   report.hidden_fraction = hidden_fraction(timeline_.events());
   report.comm_seconds = comm_busy_us(timeline_.events()) * 1e-6;
-  report.buckets = options_.mode == DdpOptions::Mode::kNaive ? model_.layout().tensors().size() : buckets_.size();
+  report.buckets = bucket_count();
   active_ = false;
   return report;
 }
