@@ -95,8 +95,8 @@ void add_train_flags(CLI::App* cmd, TrainFlags& f, bool parallel) {
   add(cmd->add_option("--pp", p.pp, "Stage 05: pipeline stages"));
   add(cmd->add_option("--micro-batches", p.micro_batches,
                       "Micro-batches per step and replica (the pipeline's m; 0: --grad-accum)"));
-  add(cmd->add_option("--schedule", p.schedule, "Stage 05: gpipe, 1f1b, interleaved or zb-h1"));
-  add(cmd->add_option("--virtual-stages", p.virtual_stages, "Stage 05, interleaved: model chunks per rank"));
+  add(cmd->add_option("--schedule", p.schedule,
+                      "Stage 05: afab (GPipe), 1f1b, interleaved:V (V model chunks per rank) or zb-h1"));
   add(cmd->add_flag("--sequence-parallel", p.sequence_parallel, "Stage 06: split LayerNorm regions by sequence"));
   add(cmd->add_option("--zero", p.zero, "Stage 07: ZeRO stage 0, 1, 2 or 3"));
   add(cmd->add_flag("--offload", p.offload, "Stage 07: optimizer state and step on the host"));

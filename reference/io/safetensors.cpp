@@ -296,7 +296,9 @@ void save_weights_impl(const std::string& path, const ParamLayout& layout, const
 }
 
 // `model` names what the weights are loaded into ("config 'tiny'" or "the model").
-void load_weights_impl(const std::string& path, const ParamLayout& layout, float* params, const std::string& model) {
+// Checks the file against `layout`, then copies the tensors of `held` (default: all of layout's).
+void load_weights_impl(const std::string& path, const ParamLayout& layout, float* params, const std::string& model,
+                       const ParamLayout* held = nullptr) {
   const std::string where = "weights '" + path + "'";
   const SafetensorsFile file(path, "weights");
   const auto cfg = file.metadata().find("config");
@@ -330,7 +332,10 @@ void load_weights_impl(const std::string& path, const ParamLayout& layout, float
     }
     require(false, where, "unexpected tensor " + name + ", which " + model + " does not have" + saved_for, fix);
   }
-  for (const auto& t : layout.tensors()) std::memcpy(params + t.offset, file.raw(t.name), t.numel * sizeof(float));
+  for (const auto& t : (held ? *held : layout).tensors()) {
+    require(file.has(t.name), where, "tensor " + t.name + " is missing, but " + model + " needs it" + saved_for, fix);
+    std::memcpy(params + t.offset, file.raw(t.name), t.numel * sizeof(float));
+  }
 }
 
 std::map<std::string, std::string> config_metadata(const GPTConfig& c) {
@@ -358,6 +363,10 @@ void load_weights(const std::string& path, const ParamLayout& layout, float* par
 
 void load_weights(const std::string& path, const GPTConfig& config, float* params) {
   load_weights_impl(path, ParamLayout(config), params, "config '" + config.name + "'");
+}
+
+void load_weights(const std::string& path, const GPTConfig& config, const ParamLayout& held, float* params) {
+  load_weights_impl(path, ParamLayout(config), params, "config '" + config.name + "'", &held);
 }
 
 }  // namespace scalelab

@@ -72,5 +72,9 @@ void load_weights(const std::string& path, const ParamLayout& layout, float* par
 // name it ("... has shape [64] but config 'tiny' needs [32]; ...").
 void save_weights(const std::string& path, const GPTConfig& config, const float* params);
 void load_weights(const std::string& path, const GPTConfig& config, float* params);
+// The tensors of `held` (a pipeline rank's layout, stage 05: its slices' tensors by their global
+// names) from a file of the whole model of `config`, checked as the whole model's load checks it;
+// params is laid out by `held`. With held = ParamLayout(config) this is the load above.
+void load_weights(const std::string& path, const GPTConfig& config, const ParamLayout& held, float* params);
 
 }  // namespace scalelab

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <vector>
 
 #include "core/memory.hpp"
@@ -19,6 +20,7 @@
 #include "model/config.hpp"
 #include "model/params.hpp"
 #include "model/slice.hpp"
+#include "model/split_backward.hpp"
 
 namespace scalelab {
 
@@ -83,15 +85,18 @@ class GPTModel : private BlockRunner {
   // Allocates parameters (zero) and gradients (zero); call init_weights() or load weights.
   // With a slice, only the tensors of ParamLayout(config, slice) (default: the whole model).
   GPTModel(const GPTConfig& config, MemoryTracker* tracker, const ModelSlice& slice = {});
+  // The same over num_params() parameters and gradients at `params` and `grads`, which the
+  // caller owns (and counts): a pipeline rank's model chunks share one flat buffer (stage 05).
+  GPTModel(const GPTConfig& config, MemoryTracker* tracker, const ModelSlice& slice, F* params, F* grads);
 
   const GPTConfig& config() const { return config_; }
   const ModelSlice& slice() const { return slice_; }
   const ParamLayout& layout() const { return layout_; }
   std::size_t num_params() const { return layout_.num_params(); }
-  F* params() { return params_.data(); }
-  const F* params() const { return params_.data(); }
-  F* grads() { return grads_.data(); }
-  const F* grads() const { return grads_.data(); }
+  F* params() { return param_data_; }
+  const F* params() const { return param_data_; }
+  F* grads() { return grad_data_; }
+  const F* grads() const { return grad_data_; }
   const Activations<F>& acts() const { return acts_; }
   MemoryTracker* tracker() const { return tracker_; }
 
@@ -122,6 +127,24 @@ class GPTModel : private BlockRunner {
   // previous slice's backward_slice takes. (With the embeddings: the embeddings' output's.)
   const F* input_grad() const { return dres_; }
 
+  // Stage 05: several micro-batches in flight. The saved activations of the last forward (and
+  // its tokens, targets and deferred weight gradients) move aside under a key and come back
+  // before that micro-batch's backward; release frees them. Each set is its own allocation in
+  // the tracker's activations, so the peak counts the sets a pipeline schedule holds at once.
+  void stash_activations(int key);
+  void restore_activations(int key);
+  void release_activations();
+  std::size_t stashed_count() const { return stash_.size(); }
+
+  // Stage 05, zero-bubble schedules: backward split in two. backward_input is backward_slice
+  // without the blocks' matrix-product weight and bias gradients, which it records (with a copy
+  // of each product's output gradient) for backward_weight to add later; everything else
+  // (LayerNorms, the head, the embeddings) is done at once. backward_input then backward_weight
+  // give bit for bit the gradients of backward_slice. No checkpointing: the deferred products
+  // read the saved activations.
+  void backward_input(const F* doutput, F loss_scale = F(1));
+  void backward_weight();
+
   // Stage 02: which activations forward keeps (default: all). Takes effect at the next forward.
   void set_checkpoint_policy(const CheckpointPolicy& policy) { policy_ = policy; }
   const CheckpointPolicy& checkpoint_policy() const { return policy_; }
@@ -138,6 +161,7 @@ class GPTModel : private BlockRunner {
   std::size_t attention_recompute_count() const { return attention_recomputes_; }
 
  private:
+  void find_offsets();  // block_offsets_ and lnf_offset_, from the layout
   void ensure_buffers(int B, int T);
   void assign_activations(int B, int T);
   // The blocks' backward: the plain loop of stage 00 without checkpointing (lab 00 writes it
@@ -165,9 +189,21 @@ class GPTModel : private BlockRunner {
   ModelSlice slice_;  // num_layers resolved
   ParamLayout layout_;
   MemoryTracker* tracker_;
-  Buffer<F> params_, grads_;
-  ParamView<F> w_, g_;  // named views of params_ and grads_
+  Buffer<F> params_, grads_;            // empty when the caller owns the storage
+  F* param_data_ = nullptr;             // params_ or the caller's
+  F* grad_data_ = nullptr;              // grads_ or the caller's
+  ParamView<F> w_, g_;                  // named views of param_data_ and grad_data_
   Buffer<F> act_buffer_, scratch_buffer_;
+  int scratch_B_ = 0, scratch_T_ = 0;   // what scratch_buffer_ is sized for
+  WeightGradTape<F> tape_;              // backward_input's deferred products
+  // Stage 05: activations of micro-batches in flight, by key.
+  struct SavedForward {
+    Buffer<F> act_buffer;
+    Activations<F> acts;
+    std::vector<int> tokens, targets;
+    WeightGradTape<F> tape;
+  };
+  std::map<int, SavedForward> stash_;
   Activations<F> acts_;
   BlockScratch<F> scratch_{};
   F* dres_ = nullptr;     // (B,T,C) gradient of the residual stream

@@ -69,6 +69,21 @@ ParamLayout::ParamLayout(const GPTConfig& config, const ModelSlice& slice) {
   }
 }
 
+ParamLayout ParamLayout::concatenate(const std::vector<ParamLayout>& parts) {
+  ParamLayout all;
+  for (const ParamLayout& part : parts) {
+    for (ParamTensor t : part.tensors()) {
+      require(all.find_if_held(t.name) == nullptr, "layout",
+              "tensor '" + t.name + "' is held twice by the layouts being joined",
+              "give each model chunk its own blocks (a rank cannot hold both copies of the tied wte)");
+      t.offset += all.total_;
+      all.tensors_.push_back(std::move(t));
+    }
+    all.total_ += part.total_;
+  }
+  return all;
+}
+
 const ParamTensor* ParamLayout::find_if_held(const std::string& name) const {
   for (const auto& t : tensors_)
     if (t.name == name) return &t;

@@ -33,6 +33,9 @@ class ParamLayout {
   // the embeddings holds its own copy of the tied weight, under the same name), wpe with the
   // embeddings, its blocks under their global numbers (transformer.h.5...), ln_f with the head.
   ParamLayout(const GPTConfig& config, const ModelSlice& slice);
+  // The tensors of several layouts one after the other, offsets shifted to one flat buffer (a
+  // pipeline rank's model chunks, stage 05). Throws ConfigError when a name repeats.
+  static ParamLayout concatenate(const std::vector<ParamLayout>& parts);
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   std::size_t num_params() const { return total_; }
   // The tensor with this name; throws ConfigError naming it when absent.
@@ -41,6 +44,7 @@ class ParamLayout {
   const ParamTensor* find_if_held(const std::string& name) const;
 
  private:
+  ParamLayout() = default;
   std::vector<ParamTensor> tensors_;
   std::size_t total_ = 0;
 };

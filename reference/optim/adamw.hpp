@@ -55,5 +55,7 @@ double grad_norm(const float* grads, std::size_t n);
 // PyTorch's clip_grad_norm_: if the norm exceeds max_norm, scale grads by max_norm/(norm+1e-6).
 // Returns the norm before clipping.
 double clip_grad_norm(float* grads, std::size_t n, double max_norm);
+// The same scaling for a norm computed elsewhere (a pipeline's, over all its stages).
+void clip_to_norm(float* grads, std::size_t n, double norm, double max_norm);
 
 }  // namespace scalelab

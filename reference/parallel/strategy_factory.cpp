@@ -2,6 +2,7 @@
 #include "parallel/strategy_factory.hpp"
 
 #include "core/error.hpp"
+#include "dist/pipeline_strategy.hpp"
 #include "train/single_device.hpp"
 
 namespace scalelab {
@@ -10,8 +11,6 @@ namespace {
 
 // Settings that name a stage this build does not have yet: one clear refusal each.
 void refuse_missing_stages(const ParallelOptions& p) {
-  require(p.pp == 1, "pp", "pipeline parallelism (--pp " + std::to_string(p.pp) + ") is stage 05, not built yet",
-          "use --pp 1");
   require(p.tp == 1, "tp", "tensor parallelism (--tp " + std::to_string(p.tp) + ") is stage 06, not built yet",
           "use --tp 1");
   require(!p.sequence_parallel, "sequence_parallel", "sequence parallelism is stage 06, not built yet",
@@ -32,6 +31,11 @@ StrategyFactory make_strategy_factory(Communicator* world, GradCommFactory grad_
   return [world, grad_comm](const TrainOptions& o) -> std::unique_ptr<ParallelStrategy> {
     const int world_size = world ? world->size() : 1;
     check_parallel_options(o, world_size);
+    if (o.parallel.pp > 1) {
+      require(world != nullptr, "pp", "a pipeline needs a communicator, and this run has none",
+              "start the run through scalelab train (mpirun -np N for N ranks)");
+      return std::make_unique<PipelineStrategy>(*world, o);
+    }
     const int d = o.data_parallel_size(world_size);
     const bool ddp = d > 1 || o.parallel.ddp == "naive" || o.parallel.ddp == "bucketed";
     if (!ddp) return std::make_unique<SingleDevice>();

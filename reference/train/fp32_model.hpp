@@ -2,6 +2,8 @@
 // model's own parameters from its own gradients, in place.
 #pragma once
 
+#include <functional>
+
 #include "model/gpt.hpp"
 #include "model/train_model.hpp"
 
@@ -35,5 +37,12 @@ class Fp32TrainModel final : public TrainModel {
  private:
   GPT gpt_;
 };
+
+// The fp32 update of n parameters in place from their gradients: multiply by grad_scale, take
+// the norm (norm_of; default: of these n values), skip the step if it is not finite, clip to
+// `clip` (0: off), AdamW. A pipeline stage passes a norm over all stages (dist/pipeline_strategy).
+using GradNormFn = std::function<double(const float* grads, std::size_t n)>;
+TrainModel::StepOutcome fp32_optimizer_step(AdamW& optimizer, float* params, float* grads, std::size_t n, double lr,
+                                            double grad_scale, double clip, const GradNormFn& norm_of = {});
 
 }  // namespace scalelab

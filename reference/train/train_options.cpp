@@ -5,6 +5,7 @@
 #include <array>
 
 #include "core/error.hpp"
+#include "dist/pipeline_schedule.hpp"
 
 namespace scalelab {
 
@@ -55,19 +56,15 @@ void validate_layout(const TrainOptions& o, const GPTConfig& c) {
           "--micro-batches " + str(p.micro_batches) + " and --grad-accum " + str(o.grad_accum) +
               " both set the micro-batches of a step",
           "give only one of them");
-  require(one_of(p.schedule, {"gpipe", "1f1b", "interleaved", "zb-h1"}), "schedule",
-          "unknown pipeline schedule '" + p.schedule + "'", "use gpipe, 1f1b, interleaved or zb-h1");
+  // The schedule's own rules (its name; interleaved:V's V and its m) are the schedule's to check.
+  const PipelineShape shape = parse_pipeline_schedule(p.schedule, p.pp, o.micro_batches());
   require(p.pp > 1 || p.schedule == "1f1b", "schedule", "--schedule " + p.schedule + " needs a pipeline",
           "add --pp P with P >= 2, or drop --schedule");
-  require(p.virtual_stages >= 1, "virtual_stages", "must be at least 1, got " + str(p.virtual_stages),
-          "use --virtual-stages 1 unless the schedule is interleaved");
-  require(p.virtual_stages == 1 || p.schedule == "interleaved", "virtual_stages",
-          "--virtual-stages " + str(p.virtual_stages) + " is only used by the interleaved schedule",
-          "add --schedule interleaved, or drop --virtual-stages");
-  require(p.pp * p.virtual_stages <= c.num_layers, "pp",
-          "--pp " + str(p.pp) + " x --virtual-stages " + str(p.virtual_stages) + " model chunks need at least " +
-              str(p.pp * p.virtual_stages) + " layers, and the model has " + str(c.num_layers),
-          "use fewer pipeline stages, or a deeper model (--layers)");
+  if (p.pp > 1) shape.validate();
+  require(shape.model_stages() <= c.num_layers, "pp",
+          "--pp " + str(p.pp) + " x " + str(shape.chunks) + " model chunks per rank need at least " +
+              str(shape.model_stages()) + " layers, and the model has " + str(c.num_layers),
+          "use fewer pipeline stages (or chunks), or a deeper model (--layers)");
   require(c.num_heads % p.tp == 0, "tp",
           "--tp " + str(p.tp) + " does not divide the model's " + str(c.num_heads) + " heads",
           "choose a --tp that divides the head count (or change --heads)");
@@ -176,7 +173,6 @@ nlohmann::json options_to_json(const TrainOptions& o) {
         {"pp", p.pp},
         {"micro_batches", p.micro_batches},
         {"schedule", p.schedule},
-        {"virtual_stages", p.virtual_stages},
         {"sequence_parallel", p.sequence_parallel},
         {"zero", p.zero},
         {"offload", p.offload},
@@ -284,7 +280,7 @@ TrainOptions options_from_json(const nlohmann::json& j) {
 
   const std::string pw = "the options' parallel";
   no_other_keys(p,
-                {"dp", "tp", "pp", "micro_batches", "schedule", "virtual_stages", "sequence_parallel", "zero",
+                {"dp", "tp", "pp", "micro_batches", "schedule", "sequence_parallel", "zero",
                  "offload", "ddp", "allreduce", "bucket_mb", "first_bucket_mb", "backend", "trace"},
                 pw);
   ParallelOptions& q = o.parallel;
@@ -293,7 +289,6 @@ TrainOptions options_from_json(const nlohmann::json& j) {
   read(p, "pp", q.pp, pw);
   read(p, "micro_batches", q.micro_batches, pw);
   read(p, "schedule", q.schedule, pw);
-  read(p, "virtual_stages", q.virtual_stages, pw);
   read(p, "sequence_parallel", q.sequence_parallel, pw);
   read(p, "zero", q.zero, pw);
   read(p, "offload", q.offload, pw);

@@ -30,8 +30,7 @@ struct ParallelOptions {
   // runs them by its schedule; without a pipeline they are gradient accumulation (stage 01).
   // 0: TrainOptions::grad_accum. Both may be given only with the same value.
   int micro_batches = 0;
-  std::string schedule = "1f1b";   // stage 05: gpipe, 1f1b, interleaved or zb-h1
-  int virtual_stages = 1;          // stage 05, interleaved: model chunks per rank (v)
+  std::string schedule = "1f1b";   // stage 05: afab, 1f1b, interleaved:V (V chunks per rank), zb-h1
   bool sequence_parallel = false;  // stage 06
   int zero = 0;                    // stage 07: 0 (plain DDP), 1, 2 or 3
   bool offload = false;            // stage 07: optimizer state and step on the host

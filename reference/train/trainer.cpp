@@ -57,7 +57,7 @@ Trainer::Trainer(const TrainOptions& options, MemoryTracker* tracker, const Trai
 
   if (!options_.init_weights.empty()) {
     std::vector<float> w(model_->num_params());
-    load_weights(options_.init_weights, model_->config(), w.data());
+    load_weights(options_.init_weights, model_->config(), model_->layout(), w.data());  // the tensors this rank holds
     model_->set_master_params(w.data());
   } else {
     model_->init_weights(options_.seed);

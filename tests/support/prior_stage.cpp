@@ -35,6 +35,30 @@ StepResult stage01_step(const ModelShape& s, std::uint64_t seed, const std::vect
   return r;
 }
 
+StepsResult stage01_steps(const ModelShape& s, std::uint64_t seed, const std::vector<int>& tokens,
+                          const std::vector<int>& targets, int B, int T, int k, int steps) {
+  const scalelab::GPTConfig c = scalelab::gpt_config_of_shape(s.V, s.T, s.C, s.L, s.NH, "prior");
+  scalelab::MemoryTracker tracker;
+  scalelab::Fp32TrainModel model(c, &tracker);
+  model.init_weights(seed);
+  scalelab::AdamWConfig ac;
+  ac.lr = 1e-3;
+  scalelab::AdamW opt(model.num_params(), ac, &tracker);
+  StepsResult r;
+  for (int i = 0; i < steps; ++i) {
+    model.zero_grad();
+    const double loss = scalelab::accumulate_gradients(model, tokens.data(), targets.data(), B, T, k);
+    if (i == 0) {
+      r.first_loss = loss;
+      r.first_grads.assign(model.gpt().grads(), model.gpt().grads() + model.num_params());
+    }
+    opt.step(model.gpt().params(), model.gpt().grads());
+    if (i == 0) r.params_after_first.assign(model.gpt().params(), model.gpt().params() + model.num_params());
+  }
+  r.params_after.assign(model.gpt().params(), model.gpt().params() + model.num_params());
+  return r;
+}
+
 RunResult stage00_run(const std::string& config, int steps, int batch, int seq_len, std::uint64_t seed,
                       const std::string& data) {
   scalelab::TrainOptions o;

@@ -27,6 +27,15 @@ StepResult stage00_step(const ModelShape& shape, std::uint64_t seed, const std::
 StepResult stage01_step(const ModelShape& shape, std::uint64_t seed, const std::vector<int>& tokens,
                         const std::vector<int>& targets, int B, int T, int k);
 
+// Stage 01 for several AdamW steps on the same batch (lr 1e-3, no clipping): the first step's
+// gradients and parameters after it, and the parameters after `steps` steps.
+struct StepsResult {
+  double first_loss = 0;
+  std::vector<float> first_grads, params_after_first, params_after;
+};
+StepsResult stage01_steps(const ModelShape& shape, std::uint64_t seed, const std::vector<int>& tokens,
+                          const std::vector<int>& targets, int B, int T, int k, int steps);
+
 // Stage 00 trained for `steps` steps by the reference trainer; returns the loss per step and
 // the final parameters. `data` is a text file (empty: the default corpus).
 struct RunResult {

@@ -1,0 +1,232 @@
+// The pipeline executor: one rank's action list, run with point-to-point messages (stage 05).
+#include "dist/pipeline_executor.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "core/error.hpp"
+
+namespace scalelab {
+
+namespace {
+
+double clock_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+bool is_grad(ActionKind k) { return k == ActionKind::kRecvGrad || k == ActionKind::kSendGrad; }
+
+const char* short_name(ActionKind k) {
+  switch (k) {
+    case ActionKind::kForward: return "F";
+    case ActionKind::kBackward: return "B";
+    case ActionKind::kBackwardInput: return "B(input)";
+    case ActionKind::kBackwardWeight: return "W";
+    case ActionKind::kRecvActivation: return "recv act";
+    case ActionKind::kSendActivation: return "send act";
+    case ActionKind::kRecvGrad: return "recv grad";
+    case ActionKind::kSendGrad: return "send grad";
+  }
+  return "?";
+}
+
+}  // namespace
+
+PipelineExecutor::PipelineExecutor(Communicator& pp, const PipelineShape& shape, PipelineStageModel& model,
+                                   MemoryTracker* tracker, Timeline* timeline)
+    : pp_(pp), shape_(shape), model_(model), tracker_(tracker), timeline_(timeline), rank_(pp.rank()) {
+  SCALELAB_CHECK(pp.size() == shape.stages, "the pipeline group has ", pp.size(), " ranks, the schedule ",
+                 shape.stages);
+  SCALELAB_CHECK(model.chunk_count() == shape.chunks, "the stage holds ", model.chunk_count(), " chunks, the schedule ",
+                 shape.chunks);
+}
+
+bool PipelineExecutor::has_previous(int chunk) const { return model_stage(shape_, rank_, chunk) > 0; }
+bool PipelineExecutor::has_next(int chunk) const {
+  return model_stage(shape_, rank_, chunk) < shape_.model_stages() - 1;
+}
+
+std::size_t PipelineExecutor::message_elements() const {
+  return static_cast<std::size_t>(micro_) * T_ * model_.config().channels;
+}
+
+// Both ends compute the same tag from the micro-batch and the model stage the message leaves:
+// activations leave stage s forward, gradients leave stage s + 1 backward (tagged with s).
+int PipelineExecutor::tag_of(const Action& a) const {
+  const int s = model_stage(shape_, rank_, a.chunk);
+  const bool incoming = a.kind == ActionKind::kRecvActivation || a.kind == ActionKind::kRecvGrad;
+  int boundary = 0;  // the lower model stage of the two the message runs between
+  if (is_grad(a.kind))
+    boundary = incoming ? s : s - 1;
+  else
+    boundary = incoming ? s - 1 : s;
+  return 2 * (a.micro_batch * shape_.model_stages() + boundary) + (is_grad(a.kind) ? 1 : 0);
+}
+
+double PipelineExecutor::run(const RankSchedule& schedule, const int* inputs, const int* targets, int rows, int T,
+                             double loss_scale) {
+  const int m = shape_.micro_batches;
+  require(rows % m == 0, "micro_batches",
+          std::to_string(rows) + " rows per pipeline do not split into " + std::to_string(m) + " micro-batches",
+          "choose --batch divisible by (--dp x --micro-batches)");
+  inputs_ = inputs;
+  targets_ = targets;
+  micro_ = rows / m;
+  T_ = T;
+  loss_scale_ = loss_scale;
+  loss_sum_ = 0;
+  in_flight_ = 0;
+  stats_ = {};
+  const double t0 = clock_seconds();
+  for (const Action& a : schedule) {
+    const double start = clock_seconds();
+    switch (a.kind) {
+      case ActionKind::kForward: forward(a); break;
+      case ActionKind::kBackward: backward(a, false); break;
+      case ActionKind::kBackwardInput: backward(a, true); break;
+      case ActionKind::kBackwardWeight: backward_weight(a); break;
+      case ActionKind::kRecvActivation:
+      case ActionKind::kRecvGrad: receive(a); break;
+      case ActionKind::kSendActivation:
+      case ActionKind::kSendGrad: send(a); break;
+    }
+    const double end = clock_seconds();
+    const bool compute = a.kind == ActionKind::kForward || a.kind == ActionKind::kBackward ||
+                         a.kind == ActionKind::kBackwardInput || a.kind == ActionKind::kBackwardWeight;
+    if (compute) stats_.actions.push_back({a, start, end});
+    if (timeline_ && a.kind != ActionKind::kSendActivation && a.kind != ActionKind::kSendGrad) {
+      const double origin = clock_seconds() - timeline_->now_us() * 1e-6;
+      timeline_->add(std::string(short_name(a.kind)) + " mb" + std::to_string(a.micro_batch) +
+                         (shape_.chunks > 1 ? " c" + std::to_string(a.chunk) : ""),
+                     compute ? "compute" : "comm", compute ? 0 : 1, (start - origin) * 1e6, (end - origin) * 1e6);
+    }
+  }
+  finish_sends(true);
+  SCALELAB_CHECK(inbox_.empty() && outbox_.empty() && model_.stashed_count() == 0,
+                 "the pipeline schedule left messages or activations behind on rank ", rank_);
+  stats_.seconds = clock_seconds() - t0;
+  return model_.holds_head() ? loss_sum_ / m : 0.0;
+}
+
+void PipelineExecutor::forward(const Action& a) {
+  GPT& chunk = model_.chunk(a.chunk);
+  const std::size_t offset = static_cast<std::size_t>(a.micro_batch) * micro_ * T_;
+  const int* tokens = chunk.slice().embeddings ? inputs_ + offset : nullptr;
+  const int* targets = chunk.slice().head ? targets_ + offset : nullptr;
+  const float* input = nullptr;
+  Buffer<float> received;
+  if (has_previous(a.chunk)) {
+    const auto it = inbox_.find({0, a.micro_batch, a.chunk});
+    SCALELAB_CHECK(it != inbox_.end(), "rank ", rank_, ": forward of micro-batch ", a.micro_batch, " chunk ", a.chunk,
+                   " before its activations were received (a schedule without the receive)");
+    received = std::move(it->second);
+    inbox_.erase(it);
+    input = received.data();
+  }
+  const float loss = chunk.forward_slice(tokens, input, targets, micro_, T_);
+  if (chunk.slice().head) loss_sum_ += loss;
+  if (has_next(a.chunk)) {
+    Buffer<float> out(message_elements(), MemCategory::kComm, tracker_);
+    std::copy(chunk.output(), chunk.output() + out.size(), out.data());
+    outbox_[{0, a.micro_batch, a.chunk}] = std::move(out);
+  }
+  chunk.stash_activations(a.micro_batch);
+  stats_.peak_in_flight = std::max(stats_.peak_in_flight, static_cast<int>(model_.stashed_count()));
+}
+
+void PipelineExecutor::backward(const Action& a, bool input_only) {
+  GPT& chunk = model_.chunk(a.chunk);
+  chunk.restore_activations(a.micro_batch);
+  Buffer<float> dout;
+  if (has_next(a.chunk)) {
+    const auto it = inbox_.find({1, a.micro_batch, a.chunk});
+    SCALELAB_CHECK(it != inbox_.end(), "rank ", rank_, ": backward of micro-batch ", a.micro_batch, " chunk ",
+                   a.chunk, " before its gradient was received (a schedule without the receive)");
+    dout = std::move(it->second);
+    inbox_.erase(it);
+  }
+  // Each micro-batch's loss is a mean over its own rows: 1/m makes the sum over the m
+  // micro-batches the gradient of the whole batch's mean (as stage 01's accumulation).
+  const float scale = static_cast<float>(loss_scale_ / shape_.micro_batches);
+  if (input_only)
+    chunk.backward_input(dout.data(), scale);
+  else
+    chunk.backward_slice(dout.data(), scale);
+  if (has_previous(a.chunk)) {
+    Buffer<float> out(message_elements(), MemCategory::kComm, tracker_);
+    std::copy(chunk.input_grad(), chunk.input_grad() + out.size(), out.data());
+    outbox_[{1, a.micro_batch, a.chunk}] = std::move(out);
+  }
+  if (input_only)
+    chunk.stash_activations(a.micro_batch);  // W still reads them
+  else
+    chunk.release_activations();
+}
+
+void PipelineExecutor::backward_weight(const Action& a) {
+  GPT& chunk = model_.chunk(a.chunk);
+  chunk.restore_activations(a.micro_batch);
+  chunk.backward_weight();
+  chunk.release_activations();
+}
+
+void PipelineExecutor::receive(const Action& a) {
+  const int grad = is_grad(a.kind) ? 1 : 0;
+  Buffer<float> in(message_elements(), MemCategory::kComm, tracker_);
+  pp_.recv(in.data(), in.size(), DataType::kFloat32, action_peer(shape_, rank_, a), tag_of(a));
+  (grad ? stats_.grad_bytes_received : stats_.activation_bytes_received) += in.bytes();
+  inbox_[{grad, a.micro_batch, a.chunk}] = std::move(in);
+  finish_sends(false);
+}
+
+void PipelineExecutor::send(const Action& a) {
+  const int grad = is_grad(a.kind) ? 1 : 0;
+  const auto it = outbox_.find({grad, a.micro_batch, a.chunk});
+  SCALELAB_CHECK(it != outbox_.end(), "rank ", rank_, ": ", short_name(a.kind), " of micro-batch ", a.micro_batch,
+                 " chunk ", a.chunk, " before the compute that produces it");
+  Outgoing out{std::move(it->second), Request()};
+  outbox_.erase(it);
+  out.request = pp_.isend(out.data.data(), out.data.size(), DataType::kFloat32, action_peer(shape_, rank_, a),
+                          tag_of(a));
+  (grad ? stats_.grad_bytes_sent : stats_.activation_bytes_sent) += out.data.bytes();
+  sending_.push_back(std::move(out));
+}
+
+// Frees the copies of sends that completed (all of them, waiting, at the end of the step).
+void PipelineExecutor::finish_sends(bool all) {
+  std::vector<Outgoing> still;
+  for (Outgoing& s : sending_) {
+    if (all)
+      pp_.wait(s.request);
+    else if (!pp_.test(s.request)) {
+      still.push_back(std::move(s));
+      continue;
+    }
+  }
+  sending_ = std::move(still);
+}
+
+double PipelineExecutor::evaluate(const int* inputs, const int* targets, int rows, int T) {
+  micro_ = rows;
+  T_ = T;
+  double loss = 0;
+  const int S = shape_.model_stages();
+  const std::size_t n = message_elements();
+  for (int s = 0; s < S; ++s) {
+    if (s % shape_.stages != rank_) continue;
+    GPT& chunk = model_.chunk(s / shape_.stages);
+    Buffer<float> in;
+    if (s > 0) {
+      in = Buffer<float>(n, MemCategory::kComm, tracker_);
+      pp_.recv(in.data(), n, DataType::kFloat32, (s - 1) % shape_.stages, 2 * s);
+    }
+    const float l = chunk.forward_slice(inputs, in.data(), targets, rows, T);
+    if (s == S - 1) loss = l;
+    if (s < S - 1) pp_.send(chunk.output(), n, DataType::kFloat32, (s + 1) % shape_.stages, 2 * (s + 1));
+    chunk.release_activations();
+  }
+  return loss;
+}
+
+}  // namespace scalelab

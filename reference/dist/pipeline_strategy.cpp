@@ -1,0 +1,171 @@
+// Pipeline parallelism behind the trainer's seam (stage 05): the rank's stages, its schedule,
+// the once-per-step gradient synchronisation, the loss and the norm over all stages.
+#include "dist/pipeline_strategy.hpp"
+
+#include <cmath>
+#include <vector>
+
+#include "core/error.hpp"
+#include "dist/ddp.hpp"
+#include "dist/gather_weights.hpp"
+#include "train/fp32_model.hpp"
+
+namespace scalelab {
+
+namespace {
+
+// What this build's pipeline cannot do yet: one clear refusal each, raised on every rank.
+void refuse_unsupported(const TrainOptions& o) {
+  const std::string pp = "--pp " + std::to_string(o.parallel.pp);
+  require(o.parallel.tp == 1, "tp", pp + " with --tp " + std::to_string(o.parallel.tp) +
+                                        ": tensor parallelism inside a pipeline stage is not built yet",
+          "use --tp 1 with a pipeline");
+  require(o.precision == "fp32", "precision",
+          pp + ": pipeline stages run in fp32 in this build, and --precision " + o.precision + " was asked for",
+          "use --precision fp32 with --pp");
+  require(o.device == "cpu", "device", pp + ": pipeline stages run on the CPU in this build, and --device " +
+                                           o.device + " was asked for",
+          "use --device cpu with --pp");
+  require(o.resume.empty() && o.save_checkpoint.empty(), "checkpoint",
+          pp + ": a pipeline run cannot write or resume a training checkpoint yet (each rank holds part of the "
+               "model and its optimizer state)",
+          "drop --save-checkpoint/--resume; --save-weights writes the whole model, and --init starts from it");
+  require(o.parallel.schedule != "zb-h1" || o.checkpoint.kind == CheckpointPolicy::Kind::kNone, "checkpoint",
+          "--schedule zb-h1 defers weight gradients that read the saved activations, and --checkpoint " +
+              o.checkpoint.describe() + " recomputes them",
+          "drop --checkpoint, or use --schedule 1f1b");
+}
+
+}  // namespace
+
+PipelineStrategy::PipelineStrategy(Communicator& world, const TrainOptions& o)
+    : world_(world), shape_(parse_pipeline_schedule(o.parallel.schedule, o.parallel.pp, o.micro_batches())) {
+  shape_.validate();
+  refuse_unsupported(o);
+  grid_ = std::make_unique<ProcessGrid>(world, GridShape{o.parallel.pp, o.data_parallel_size(world.size()), 1});
+  schedule_ = build_schedule(shape_, grid_->coord().pp);
+}
+
+PipelineStrategy::~PipelineStrategy() = default;
+
+std::string PipelineStrategy::describe() const {
+  const int d = grid_->shape().dp, m = shape_.micro_batches;
+  std::string s = "pipeline: " + std::to_string(shape_.stages) + " stages";
+  if (shape_.chunks > 1) s += " x " + std::to_string(shape_.chunks) + " chunks";
+  s += ", schedule " + schedule_name(shape_) + ", " + std::to_string(m) + " micro-batches of " +
+       std::to_string(batch_rows_ / d / m) + " rows; this rank: stage " + std::to_string(grid_->coord().pp);
+  if (stage_) {
+    s += " (" + stage_->chunk(0).slice().describe(stage_->config());
+    for (int c = 1; c < stage_->chunk_count(); ++c) s += ", " + stage_->chunk(c).slice().describe(stage_->config());
+    s += ")";
+  }
+  if (d > 1) s += "; data parallel over " + std::to_string(d) + " replicas";
+  return s;
+}
+
+std::unique_ptr<TrainModel> PipelineStrategy::make_model(const GPTConfig& config, const std::string& /*precision*/,
+                                                         MemoryTracker* tracker, const TrainModelFactory& /*whole*/) {
+  auto model = std::make_unique<PipelineStageModel>(config, shape_, grid_->coord().pp, tracker);
+  stage_ = model.get();
+  tracker_ = tracker;
+  return model;
+}
+
+void PipelineStrategy::attach(const StrategyContext& ctx) {
+  SCALELAB_CHECK(stage_ == &ctx.model, "the pipeline strategy attaches to the model it built");
+  const int d = grid_->shape().dp;
+  check_batch_split(ctx.options.batch, d, shape_.micro_batches);
+  batch_rows_ = ctx.options.batch;
+  check_replicas_agree(world_, ctx.run_description);
+  if (d > 1) {  // the replicas of one stage start from dp rank 0's parameters (as DDP's do)
+    grid_->dp().broadcast(stage_->params(), stage_->num_params(), 0);
+  }
+  executor_ = std::make_unique<PipelineExecutor>(grid_->pp(), shape_, *stage_, tracker_, &timeline_);
+}
+
+void PipelineStrategy::begin_step(const GlobalBatch& /*batch*/) {
+  timeline_.clear();
+  pp_before_ = grid_->pp().stats();
+  dp_before_ = grid_->dp().stats();
+}
+
+double PipelineStrategy::run_micro_batches(TrainModel& /*model*/, const GlobalBatch& batch, double loss_scale) {
+  const int d = grid_->shape().dp, rows = batch.rows / d;
+  const std::size_t offset = static_cast<std::size_t>(grid_->coord().dp) * rows * batch.T;
+  // As in DDP, each replica's loss is scaled by 1/d, so the sum over replicas is the batch mean's gradient.
+  return executor_->run(schedule_, batch.inputs + offset, batch.targets + offset, rows, batch.T, loss_scale / d);
+}
+
+void PipelineStrategy::sync_gradients(TrainModel& /*model*/) {
+  Communicator& pp = grid_->pp();
+  const int p = shape_.stages;
+  // 1. The tied embedding: model stage 0 (pp rank 0) and the last model stage (pp rank p - 1)
+  //    each add the other's gradient of wte. a + b and b + a are the same float, so the copies
+  //    stay bitwise equal.
+  if (p > 1 && (stage_->holds_embeddings() || stage_->holds_head())) {
+    const std::size_t n = stage_->wte_numel();
+    float* mine = stage_->holds_embeddings() ? stage_->fp32_grads() + stage_->chunk(0).layout().find(
+                                                                          "transformer.wte.weight").offset
+                                             : stage_->head_wte_grads();
+    const int peer = stage_->holds_embeddings() ? p - 1 : 0;
+    std::vector<float> theirs(n);
+    Request r = pp.isend(mine, n, DataType::kFloat32, peer, 0);
+    pp.recv(theirs.data(), n, DataType::kFloat32, peer, 0);
+    pp.wait(r);
+    for (std::size_t i = 0; i < n; ++i) mine[i] += theirs[i];
+  }
+  // 2. One all-reduce per step over the replicas of this stage, after every backward.
+  if (grid_->shape().dp > 1) grid_->dp().all_reduce(stage_->fp32_grads(), stage_->num_params(), ReduceOp::kSum);
+
+  report_ = {};
+  for (CommOp op : {CommOp::kSend})
+    report_.bytes_sent += pp.stats()[op].bytes_sent - pp_before_[op].bytes_sent;
+  report_.bytes_sent += grid_->dp().stats()[CommOp::kAllReduce].bytes_sent - dp_before_[CommOp::kAllReduce].bytes_sent;
+  report_.comm_seconds = comm_busy_us(timeline_.events()) * 1e-6;
+  report_.hidden_fraction = hidden_fraction(timeline_.events());
+}
+
+double PipelineStrategy::from_last_stage(double value) {
+  double v = stage_->holds_head() ? value : 0.0;
+  grid_->pp().all_reduce(&v, 1);
+  return v;
+}
+
+double PipelineStrategy::mean_loss(double local_loss) {
+  double loss = from_last_stage(local_loss);
+  if (grid_->shape().dp > 1) {
+    grid_->dp().all_reduce(&loss, 1);
+    loss /= grid_->shape().dp;
+  }
+  return loss;
+}
+
+TrainModel::StepOutcome PipelineStrategy::optimizer_step(TrainModel& /*model*/, AdamW& optimizer, double lr,
+                                                         double grad_scale, double clip) {
+  // The norm of the whole model's gradient: each rank's sum of squares (the head's copy of wte
+  // left out, it equals model stage 0's), summed over the pipeline group.
+  const bool skip_copy = shape_.stages > 1 && stage_->holds_head();
+  const std::size_t copy_begin = skip_copy ? stage_->head_wte_offset() : 0;
+  const std::size_t copy_end = skip_copy ? copy_begin + stage_->wte_numel() : 0;
+  const GradNormFn norm_of = [&](const float* g, std::size_t n) {
+    double s = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      if (i < copy_begin || i >= copy_end) s += static_cast<double>(g[i]) * g[i];
+    grid_->pp().all_reduce(&s, 1);
+    return std::sqrt(s);
+  };
+  return fp32_optimizer_step(optimizer, stage_->params(), stage_->fp32_grads(), stage_->num_params(), lr, grad_scale,
+                             clip, norm_of);
+}
+
+double PipelineStrategy::evaluate(TrainModel& /*model*/, const int* inputs, const int* targets, int rows, int T) {
+  return from_last_stage(executor_->evaluate(inputs, targets, rows, T));
+}
+
+void PipelineStrategy::save_weights(const TrainModel& model, const std::string& path) const {
+  if (grid_->coord().dp == 0)
+    gather_and_save_weights(grid_->pp(), path, model.config(), held_tensors(model.layout(), model.master_params()));
+  world_.barrier();  // the file is complete when any rank returns
+}
+
+}  // namespace scalelab

@@ -1,0 +1,73 @@
+// Stage 05 at the trainer's seam: pipeline parallelism, alone or with data parallelism on one
+// grid [pp][dp] (comm/grid.hpp). Each pipeline rank builds only its model stages
+// (dist/pipeline_stage_model.hpp) and runs its schedule's action list
+// (dist/pipeline_schedule.hpp) with the executor (dist/pipeline_executor.hpp) over its
+// replica's rows. After the step's last backward on every rank, and only then:
+//   1. the two copies of the tied wte (model stage 0's embedding, the last model stage's LM
+//      head) exchange gradients and both add them, so they stay bitwise equal;
+//   2. with dp > 1, one all-reduce of the rank's flat gradients over its data-parallel group.
+// The optimizer clips with the gradient norm over all stages (the head's wte copy counted once).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "comm/communicator.hpp"
+#include "comm/grid.hpp"
+#include "dist/pipeline_executor.hpp"
+#include "dist/pipeline_schedule.hpp"
+#include "dist/pipeline_stage_model.hpp"
+#include "dist/timeline.hpp"
+#include "train/parallel_strategy.hpp"
+
+namespace scalelab {
+
+class PipelineStrategy final : public ParallelStrategy {
+ public:
+  // Collective over world: makes the [pp][dp] grid. Throws ConfigError (the same on every rank)
+  // for settings a pipeline does not support: a precision other than fp32, a device other than
+  // the CPU, checkpoints, tensor parallelism.
+  PipelineStrategy(Communicator& world, const TrainOptions& options);
+  ~PipelineStrategy() override;
+
+  std::string describe() const override;
+  int data_parallel_size() const override { return grid_->shape().dp; }
+  std::unique_ptr<TrainModel> make_model(const GPTConfig& config, const std::string& precision,
+                                         MemoryTracker* tracker, const TrainModelFactory& whole) override;
+  void attach(const StrategyContext& context) override;
+  void begin_step(const GlobalBatch& batch) override;
+  double run_micro_batches(TrainModel& model, const GlobalBatch& batch, double loss_scale) override;
+  void sync_gradients(TrainModel& model) override;
+  double mean_loss(double local_loss) override;
+  TrainModel::StepOutcome optimizer_step(TrainModel& model, AdamW& optimizer, double lr, double grad_scale,
+                                         double clip) override;
+  double evaluate(TrainModel& model, const int* inputs, const int* targets, int rows, int T) override;
+  StepCommReport step_report() const override { return report_; }
+  const Timeline* timeline() const override { return &timeline_; }
+  // The pipeline ranks of data-parallel replica 0 gather the whole model into one file.
+  void save_weights(const TrainModel& model, const std::string& path) const override;
+
+  const PipelineShape& shape() const { return shape_; }
+  ProcessGrid& grid() { return *grid_; }
+  const RankSchedule& schedule() const { return schedule_; }
+  const PipelineStepStats& last_step() const { return executor_->stats(); }
+  PipelineStageModel& stage() { return *stage_; }
+
+ private:
+  // The pp group's sum of a value that only the last model stage's rank knows (the loss).
+  double from_last_stage(double value);
+
+  Communicator& world_;
+  std::unique_ptr<ProcessGrid> grid_;
+  PipelineShape shape_;
+  RankSchedule schedule_;
+  MemoryTracker* tracker_ = nullptr;
+  PipelineStageModel* stage_ = nullptr;  // the model make_model built (owned by the trainer)
+  std::unique_ptr<PipelineExecutor> executor_;
+  Timeline timeline_;
+  int batch_rows_ = 0;
+  CommStats pp_before_, dp_before_;
+  StepCommReport report_;
+};
+
+}  // namespace scalelab

@@ -1,0 +1,270 @@
+// Stage 05, pipeline parallelism, under mpiexec with p = 2, 3 or 4 ranks (one pipeline) and 4
+// ranks as 2 stages x 2 replicas, against stage 01 from the reference on the same batch with the
+// same m micro-batches.
+//
+// Bitwise: every gradient tensor but the tied wte. A stage runs the same layer calls on the
+// same values as the whole model, micro-batch after micro-batch, and the activations and
+// gradients cross ranks as exact copies. The tied wte is the exception: stage 01 adds the LM
+// head's and the embedding's contributions into one buffer micro-batch by micro-batch (head 0,
+// embedding 0, head 1, ...), the pipeline sums each copy's contributions on its own rank and
+// adds the two sums; float addition is not associative. Tolerance there (the DDP test's):
+// |a - b| <= 1e-5 |b| + 1e-6 max|b|. After the first update the wte difference reaches every
+// tensor through the forward, so the parameters after 3 steps are compared within
+// |a - b| <= 1e-5 |b| + 1e-7 (AdamW's step is lr-sized, 1e-3; a relative gradient change of
+// 1e-6 moves it by far less).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+#include "batch.hpp"
+#include "compare.hpp"
+#include "core/error.hpp"
+#include "dist/ddp.hpp"
+#include "parallel/strategy_factory.hpp"
+#include "pipeline_harness.hpp"
+#include "prior_stage.hpp"
+#include "train/accumulate.hpp"
+#include "train/fp32_model.hpp"
+#include "world.hpp"
+
+using namespace scalelab;
+using namespace scalelab_test;
+
+namespace {
+const prior::ModelShape kShape{64, 8, 16, 8, 2};  // V T C L NH: 8 layers, so p x v <= 8
+constexpr int kRows = 2;                          // per micro-batch
+constexpr std::uint64_t kSeed = 11;
+
+GPTConfig config() { return gpt_config_of_shape(kShape.V, kShape.T, kShape.C, kShape.L, kShape.NH, "pipeline-test"); }
+
+std::vector<std::string> schedules_for(int p, int m) {
+  std::vector<std::string> s = {"afab", "1f1b", "zb-h1"};
+  if (m % p == 0 && 2 * p <= kShape.L) s.push_back("interleaved:2");
+  return s;
+}
+
+double max_abs(const std::vector<float>& v) {
+  double m = 0;
+  for (float x : v) m = std::max(m, static_cast<double>(std::fabs(x)));
+  return m;
+}
+
+// The whole-model gradient of the tied wte is spread over two ranks: the test compares each
+// rank's copy after the sum, which is what the optimizer reads.
+void check_against_stage01(Communicator& world, int m, const std::string& schedule) {
+  const int p = world.size(), B = kRows * m;
+  const Batch batch = random_batch(kShape.V, B, kShape.T, 100 + m);
+  const prior::StepsResult want = prior::stage01_steps(kShape, kSeed, batch.tokens, batch.targets, B, kShape.T, m, 3);
+  PipelineHarness h(world, config(), p, m, schedule, B, kShape.T, kSeed);
+  INFO(where(world) << ", p " << p << ", m " << m << ", schedule " << schedule);
+  const double loss = h.forward_backward(batch.tokens, batch.targets);
+  CHECK(loss == want.first_loss);  // the same micro-batch losses, summed in the same order
+  const double atol = 1e-6 * max_abs(want.first_grads);
+  const TensorMismatch g = compare_stage_tensors("gradient", config(), h.model->layout(), h.model->fp32_grads(),
+                                                 want.first_grads, 1e-5, atol);
+  INFO(g.message);
+  CHECK(g.ok);
+  h.update();
+  const TensorMismatch p1 = compare_stage_tensors("params after 1 step", config(), h.model->layout(),
+                                                  h.model->master_params(), want.params_after_first, 1e-5, 1e-7);
+  INFO(p1.message);
+  CHECK(p1.ok);
+  for (int step = 1; step < 3; ++step) {
+    h.forward_backward(batch.tokens, batch.targets);
+    h.update();
+  }
+  const ParamLayout whole(config());
+  for (const auto& t : h.model->layout().tensors())
+    CHECK_MATCH(compare_close("params after 3 steps " + t.name, h.model->master_params() + t.offset,
+                              want.params_after.data() + whole.find(t.name).offset, t.numel, 1e-5, 1e-7));
+}
+}  // namespace
+
+TEST_CASE("pipeline gradients and updates equal stage 01 with m micro-batches", "[graded][pipeline_equal]") {
+  Communicator& world = test_world();
+  if (world.size() < 2) return;  // a pipeline needs two ranks
+  for (int m = 1; m <= 8; ++m)
+    for (const std::string& schedule : schedules_for(world.size(), m)) check_against_stage01(world, m, schedule);
+}
+
+TEST_CASE("the two copies of the tied embedding stay bitwise equal", "[graded][pipeline_tied]") {
+  Communicator& world = test_world();
+  const int p = world.size();
+  if (p < 2) return;
+  const int m = 4, B = kRows * m;
+  const Batch batch = random_batch(kShape.V, B, kShape.T, 7);
+  for (const std::string schedule : {"1f1b", "zb-h1"}) {
+    PipelineHarness h(world, config(), p, m, schedule, B, kShape.T, kSeed);
+    const std::size_t n = h.stage().wte_numel();
+    for (int step = 0; step < 3; ++step) {
+      h.forward_backward(batch.tokens, batch.targets);
+      h.update();
+      // Rank 0 holds the embedding's copy, rank p - 1 the head's: rank p - 1 sends its copy.
+      std::vector<float> copy(n);
+      const ParamTensor& wte = h.model->layout().find("transformer.wte.weight");
+      if (world.rank() == p - 1) world.send(h.model->master_params() + wte.offset, n, DataType::kFloat32, 0);
+      if (world.rank() == 0) {
+        world.recv(copy.data(), n, DataType::kFloat32, p - 1);
+        INFO(schedule << ", after step " << step + 1);
+        CHECK_MATCH(compare_bitwise("wte: embedding's copy vs the head's", h.model->master_params() + wte.offset,
+                                    copy.data(), n));
+      }
+    }
+  }
+}
+
+namespace {
+// Activation bytes of one micro-batch's saved forward on chunk c of this rank, and of its
+// zero-bubble tape (the output gradients of the four linear layers of each block).
+std::size_t act_bytes(const GPT& chunk, int rows) {
+  return activation_elements(chunk.config(), rows, kShape.T, CheckpointPolicy{}, chunk.slice()) * sizeof(float);
+}
+std::size_t tape_bytes(const GPT& chunk, int rows) {
+  return chunk.slice().count(chunk.config()) * block_tape_elements(rows, kShape.T, kShape.C) * sizeof(float);
+}
+}  // namespace
+
+TEST_CASE("each rank's peak activation memory is what its schedule keeps in flight", "[graded][pipeline_memory]") {
+  Communicator& world = test_world();
+  const int p = world.size();
+  if (p < 2) return;
+  for (int m : {1, 3, 4, 8}) {
+    for (const std::string& schedule : schedules_for(p, m)) {
+      const int B = kRows * m;
+      const Batch batch = random_batch(kShape.V, B, kShape.T, 3);
+      PipelineHarness h(world, config(), p, m, schedule, B, kShape.T, kSeed);
+      h.forward_backward(batch.tokens, batch.targets);  // buffers of the first step allocated
+      REQUIRE(h.tracker.current(MemCategory::kActivations) == 0);
+      h.tracker.reset_peaks();
+      h.forward_backward(batch.tokens, batch.targets);
+      // Walk the rank's schedule: a forward adds its chunk's activations, a zero-bubble input
+      // backward its tape, the backward that ends the micro-batch frees both.
+      std::size_t now = 0, peak = 0;
+      for (const Action& a : h.strategy->schedule()) {
+        const GPT& c = h.stage().chunk(a.chunk);
+        if (a.kind == ActionKind::kForward) now += act_bytes(c, kRows);
+        if (a.kind == ActionKind::kBackwardInput) now += tape_bytes(c, kRows);
+        if (a.kind == ActionKind::kBackward) now -= act_bytes(c, kRows);
+        if (a.kind == ActionKind::kBackwardWeight) now -= act_bytes(c, kRows) + tape_bytes(c, kRows);
+        peak = std::max(peak, now);
+      }
+      const int r = world.rank();
+      const PipelineShape& shape = h.strategy->shape();
+      INFO(where(world) << ", m " << m << ", " << schedule << ": measured peak "
+                        << h.tracker.peak(MemCategory::kActivations) << " bytes, the schedule's " << peak
+                        << ", in flight " << h.strategy->last_step().peak_in_flight << " (formula "
+                        << peak_in_flight_formula(shape, r) << ")");
+      CHECK(h.tracker.peak(MemCategory::kActivations) == peak);
+      CHECK(h.strategy->last_step().peak_in_flight == peak_in_flight_formula(shape, r));
+      if (shape.chunks == 1 && shape.kind != PipeScheduleKind::kZbH1)  // the textbook formula, directly
+        CHECK(peak == static_cast<std::size_t>(peak_in_flight_formula(shape, r)) * act_bytes(h.stage().chunk(0), kRows));
+    }
+  }
+}
+
+TEST_CASE("each rank sends and receives the activation and gradient bytes of the formula", "[graded][pipeline_bytes]") {
+  Communicator& world = test_world();
+  const int p = world.size();
+  if (p < 2) return;
+  const int m = 4, B = kRows * m, r = world.rank();
+  const std::uint64_t message = static_cast<std::uint64_t>(kRows) * kShape.T * kShape.C * sizeof(float);
+  const Batch batch = random_batch(kShape.V, B, kShape.T, 5);
+  for (const std::string& schedule : schedules_for(p, m)) {
+    PipelineHarness h(world, config(), p, m, schedule, B, kShape.T, kSeed);
+    const int v = h.strategy->shape().chunks;
+    const CommStats before = h.strategy->grid().pp().stats();
+    h.forward_backward(batch.tokens, batch.targets);
+    const PipelineStepStats& s = h.strategy->last_step();
+    // Per chunk, m activations forward unless it is the last model stage, m gradients back unless
+    // it is the first; interleaving multiplies both by v.
+    const std::uint64_t fwd = static_cast<std::uint64_t>(m) * (v - (r == p - 1 ? 1 : 0)) * message;
+    const std::uint64_t bwd = static_cast<std::uint64_t>(m) * (v - (r == 0 ? 1 : 0)) * message;
+    const std::uint64_t fwd_in = static_cast<std::uint64_t>(m) * (v - (r == 0 ? 1 : 0)) * message;
+    const std::uint64_t bwd_in = static_cast<std::uint64_t>(m) * (v - (r == p - 1 ? 1 : 0)) * message;
+    INFO(where(world) << ", " << schedule);
+    CHECK(s.activation_bytes_sent == fwd);
+    CHECK(s.grad_bytes_sent == bwd);
+    CHECK(s.activation_bytes_received == fwd_in);
+    CHECK(s.grad_bytes_received == bwd_in);
+    // The communicator's own count: the schedule's sends plus the tied-embedding exchange.
+    const std::uint64_t tied = (r == 0 || r == p - 1) ? h.stage().wte_numel() * sizeof(float) : 0;
+    CHECK(h.strategy->grid().pp().stats()[CommOp::kSend].bytes_sent - before[CommOp::kSend].bytes_sent ==
+          fwd + bwd + tied);
+  }
+}
+
+TEST_CASE("dp x pp: one all-reduce per step, and the gradients of dp alone", "[graded][pipeline_dp]") {
+  Communicator& world = test_world();
+  if (world.size() != 4) return;  // 2 stages x 2 replicas
+  const int m = 3, dp = 2, B = kRows * m * dp;
+  const Batch batch = random_batch(kShape.V, B, kShape.T, 9);
+  for (const std::string schedule : {"1f1b", "afab", "zb-h1"}) {
+    INFO(where(world) << ", " << schedule);
+    PipelineHarness h(world, config(), 2, m, schedule, B, kShape.T, kSeed);
+    Communicator& dpc = h.strategy->grid().dp();
+    const auto calls = dpc.stats()[CommOp::kAllReduce].calls;
+    h.model->zero_grad();
+    const GlobalBatch b{batch.tokens.data(), batch.targets.data(), B, kShape.T, m};
+    h.strategy->begin_step(b);
+    h.strategy->run_micro_batches(*h.model, b, 1.0);
+    CHECK(dpc.stats()[CommOp::kAllReduce].calls == calls);  // nothing during the micro-batches
+    h.strategy->sync_gradients(*h.model);
+    CHECK(dpc.stats()[CommOp::kAllReduce].calls == calls + 1);  // once, after the last backward
+    // dp alone: the whole model on each replica's rows, m micro-batches, all-reduced over the same group.
+    MemoryTracker tracker;
+    Fp32TrainModel whole(config(), &tracker);
+    whole.init_weights(kSeed);
+    whole.zero_grad();
+    const int local = B / dp;
+    const std::size_t offset = static_cast<std::size_t>(h.strategy->grid().coord().dp) * local * kShape.T;
+    accumulate_gradients(whole, batch.tokens.data() + offset, batch.targets.data() + offset, local, kShape.T, m,
+                         1.0 / dp);
+    dpc.all_reduce(whole.fp32_grads(), whole.num_params(), ReduceOp::kSum);
+    const std::vector<float> want(whole.fp32_grads(), whole.fp32_grads() + whole.num_params());
+    const TensorMismatch g = compare_stage_tensors("dp x pp vs dp gradient", config(), h.model->layout(),
+                                                   h.model->fp32_grads(), want, 1e-5, 1e-6 * max_abs(want));
+    INFO(g.message);
+    CHECK(g.ok);
+  }
+}
+
+TEST_CASE("bad pipeline settings fail on every rank with one message", "[graded][pipeline_errors]") {
+  Communicator& world = test_world();
+  const int n = world.size();
+  struct Case {
+    const char* what;
+    int pp, m, layers;
+    const char* schedule;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {"more stages than layers", n, 2, n - 1, "1f1b", "pp: --pp"},
+      {"m out of range", 2, -1, 8, "1f1b", "micro_batches: must be >= 0, got -1"},
+      {"interleaved m not a multiple of p", 2, 3, 8, "interleaved:2", "micro_batches"},
+      {"interleaved without V", 2, 4, 8, "interleaved", "schedule"},
+      {"unknown schedule", 2, 4, 8, "pipedream", "schedule"},
+      {"a grid that does not divide the ranks", n + 1, 2, 8, "1f1b", "pp"},
+  };
+  for (const Case& c : cases) {
+    TrainOptions o;
+    o.config = "tiny";
+    o.shape.num_layers = c.layers;
+    o.batch = 8;
+    o.parallel.pp = c.pp;
+    o.parallel.micro_batches = c.m;
+    o.parallel.schedule = c.schedule;
+    std::string message;
+    try {
+      make_strategy_factory(&world)(o);
+    } catch (const ConfigError& e) {
+      message = e.what();
+    }
+    INFO(where(world) << ", " << c.what << ": '" << message << "'");
+    CHECK(message.find(c.message) != std::string::npos);
+    // Every rank got a message (the same settings): none hangs, none goes on.
+    int failed = message.empty() ? 0 : 1;
+    world.all_reduce(&failed, 1);
+    CHECK(failed == n);
+  }
+}
