@@ -2,6 +2,7 @@
 //   scalelab train ...   one training run (any combination of the stage features)
 //   scalelab ladder ...  every stage side by side on one config, with a comparison table
 //   scalelab tokenize    a text file to an llm.c token shard
+//   scalelab schedule    a pipeline schedule simulated: Gantt chart, warm-up, bubble
 //   scalelab bench comm  collective bandwidth, our ring vs the built-in (under mpirun)
 // main() is the only place that turns an error into an exit status: 2 for a bad setting
 // (the message names it and the fix), 1 for anything else.
@@ -17,6 +18,7 @@ int main(int argc, char** argv) {
   scalelab::cli::add_train_command(app);
   scalelab::cli::add_ladder_command(app);
   scalelab::cli::add_tokenize_command(app);
+  scalelab::cli::add_schedule_command(app);
   scalelab::cli::add_bench_comm_command(
       *app.add_subcommand("bench", "Measure one part on its own")->require_subcommand(1));
   try {

@@ -86,6 +86,11 @@ std::vector<RankSchedule> build_schedules(const PipelineShape& shape);
 
 // Forwards before the first backward (of either kind).
 int warmup_forwards(const RankSchedule& schedule);
+// The formula for that count on rank r. It is the warm-up phase w (1f1b and zb-h1:
+// min(p - r - 1, m); interleaved: min((p - r - 1) * 2 + (v - 1) * p, v * m)) plus 1 where a steady
+// state follows, because the steady state's first forward also runs before the first backward;
+// afab: m. (A list alone cannot tell a 1f1b warm-up of m - 1 followed by one F-B pair from afab.)
+int warmup_forwards_formula(const PipelineShape& shape, int rank);
 // The most (micro-batch, chunk) pairs whose forward ran and whose weight gradient (kBackward or
 // kBackwardWeight) has not: how many sets of saved activations the rank holds at once.
 int peak_in_flight(const RankSchedule& schedule);
