@@ -54,6 +54,13 @@ std::vector<Rung> all_rungs(int accum, int ranks) {
          o.parallel.ddp = "bucketed";
          o.threads = 1;  // one BLAS thread per rank: the ranks share the cores
        }},
+      {"05", "pipeline 1F1B x" + std::to_string(ranks) + ", m=" + k, ranks,
+       [ranks, accum](TrainOptions& o) {
+         o.parallel.pp = ranks;
+         o.parallel.micro_batches = accum;
+         o.parallel.schedule = "1f1b";
+         o.threads = 1;
+       }},
   };
 }
 
@@ -143,7 +150,7 @@ void add_ladder_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--stages", *stages, "Comma-separated stage numbers to run (e.g. 00,02), or all")
       ->capture_default_str();
-  cmd->add_option("--ranks", *ranks, "Processes for the multi-rank rungs (stage 04; started with mpirun)")
+  cmd->add_option("--ranks", *ranks, "Processes for the multi-rank rungs (stages 04 and 05; started with mpirun)")
       ->capture_default_str();
   cmd->callback([=] {
     const TrainOptions base = flags->finish();
@@ -233,7 +240,13 @@ void add_ladder_command(CLI::App& app) {
                   mib(pb["workspace"].get<std::size_t>()), row["tokens_per_s"].get<double>());
     }
     for (const auto& row : out)
-      if (row.contains("comm_hidden_fraction"))
+      if (row["stage"] == "05")
+        std::printf(
+            "stage 05: rank 0 (the first pipeline stage) sent %.1f MB per step: its micro-batches' activations "
+            "and its half of the tied-embedding exchange (the schedule: scalelab schedule --pp %d --micro-batches "
+            "%d)\n",
+            row["comm_bytes_per_step"].get<double>() / 1e6, row["ranks"].get<int>(), *accum);
+      else if (row.contains("comm_hidden_fraction"))
         std::printf(
             "stage %s: each rank sent %.1f MB per step in its all-reduces; %.0f%% of the all-reduce time was "
             "hidden behind backward (timeline: scalelab train --ddp bucketed --trace out/trace.json)\n",

@@ -107,7 +107,8 @@ void add_train_flags(CLI::App* cmd, TrainFlags& f, bool parallel) {
   add(cmd->add_option(
       "--backend", p.backend,
       "auto (mpi under mpirun, else local), local, mpi or nccl (--device cuda: GPU gradients over NCCL)"));
-  add(cmd->add_option("--trace", p.trace, "Write the last step's timeline (Chrome trace) here, one file per rank"));
+  add(cmd->add_option("--trace", p.trace,
+                      "Write the last step's timeline (Chrome trace) here: one file, every rank a track"));
 }
 
 }  // namespace scalelab::cli

@@ -119,15 +119,15 @@ RunSummary run_training(const TrainOptions& options, const RunOutput& out, Commu
     std::printf("%sno timeline to write to %s: the %s strategy records none\n", out.label.c_str(),
                 options.parallel.trace.c_str(), trainer.strategy().describe().c_str());
   if (!options.parallel.trace.empty() && timeline) {
-    const int rank = world ? world->rank() : 0;
-    std::string path = options.parallel.trace;
-    const std::size_t dot = path.rfind(".json");
-    path = (dot == std::string::npos ? path : path.substr(0, dot)) + ".rank" + std::to_string(rank) + ".json";
-    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    const std::filesystem::path dir = std::filesystem::path(options.parallel.trace).parent_path();
     if (!dir.empty()) std::filesystem::create_directories(dir);
-    timeline->write_chrome_trace(path, rank);
+    if (world && world->size() > 1)
+      write_merged_chrome_trace(*world, *timeline, options.parallel.trace);
+    else
+      timeline->write_chrome_trace(options.parallel.trace, 0);
     if (out.progress)
-      std::printf("%swrote the last step's timeline: %s (one file per rank)\n", out.label.c_str(), path.c_str());
+      std::printf("%swrote the last step's timeline: %s (every rank a track; open it in ui.perfetto.dev)\n",
+                  out.label.c_str(), options.parallel.trace.c_str());
   }
   summary.gflops = summary.tokens_per_s * trainer.flops_per_token() / 1e9;
   for (int k = 0; k < kMemCategoryCount; ++k) summary.peak_bytes[k] = tracker.peak(static_cast<MemCategory>(k));

@@ -41,8 +41,8 @@ struct MeasuredAction {
 struct PipelineStepStats {
   std::uint64_t activation_bytes_sent = 0, activation_bytes_received = 0;
   std::uint64_t grad_bytes_sent = 0, grad_bytes_received = 0;
-  int peak_in_flight = 0;              // most micro-batch activation sets held at once
-  double seconds = 0;                  // the step's schedule, wall clock
+  int peak_in_flight = 0;               // most micro-batch activation sets held at once
+  double seconds = 0;                   // the step's schedule, wall clock
   std::vector<MeasuredAction> actions;  // compute actions
 };
 
@@ -55,8 +55,7 @@ class PipelineExecutor {
   // Runs `schedule` (this rank's list) over rows x T tokens and targets, cut into m micro-batches
   // of rows / m. Gradients accumulate (+=) into the model's. Returns the mean loss of the
   // micro-batches on the rank holding the last model stage, 0 elsewhere.
-  double run(const RankSchedule& schedule, const int* inputs, const int* targets, int rows, int T,
-             double loss_scale);
+  double run(const RankSchedule& schedule, const int* inputs, const int* targets, int rows, int T, double loss_scale);
   // Forward only, through every model stage in turn: the mean loss of rows x T tokens on the rank
   // holding the last model stage, 0 elsewhere. Frees the activations as it goes.
   double evaluate(const int* inputs, const int* targets, int rows, int T);

@@ -16,7 +16,8 @@ namespace {
 
 std::string str(int v) { return std::to_string(v); }
 
-const char* const kScheduleForms = "use --schedule afab (or gpipe), 1f1b, interleaved:V (V >= 2 chunks per rank) or zb-h1";
+const char* const kScheduleForms =
+    "use --schedule afab (or gpipe), 1f1b, interleaved:V (V >= 2 chunks per rank) or zb-h1";
 
 bool is_backward(ActionKind kind) {
   return kind == ActionKind::kBackward || kind == ActionKind::kBackwardInput || kind == ActionKind::kBackwardWeight;
@@ -192,7 +193,8 @@ RankSchedule compute_order(const PipelineShape& shape, int rank) {
   switch (shape.kind) {
     case PipeScheduleKind::kAfab: return afab_order(shape.stages, shape.micro_batches, rank);
     case PipeScheduleKind::k1F1B: return one_f_one_b_order(shape.stages, shape.micro_batches, rank);
-    case PipeScheduleKind::kInterleaved: return interleaved_order(shape.stages, shape.micro_batches, shape.chunks, rank);
+    case PipeScheduleKind::kInterleaved:
+      return interleaved_order(shape.stages, shape.micro_batches, shape.chunks, rank);
     case PipeScheduleKind::kZbH1: return zb_h1_order(shape.stages, shape.micro_batches, rank);
   }
   return {};

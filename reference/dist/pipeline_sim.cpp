@@ -28,8 +28,8 @@ std::string describe(const Action& a) {
     case ActionKind::kRecvGrad: what = "receive gradient"; break;
     case ActionKind::kSendGrad: what = "send gradient"; break;
   }
-  return std::string(what) + " of micro-batch " + std::to_string(a.micro_batch) + " (chunk " +
-         std::to_string(a.chunk) + ")";
+  return std::string(what) + " of micro-batch " + std::to_string(a.micro_batch) + " (chunk " + std::to_string(a.chunk) +
+         ")";
 }
 
 bool is_send(ActionKind k) { return k == ActionKind::kSendActivation || k == ActionKind::kSendGrad; }
@@ -91,8 +91,8 @@ double action_cost(const ActionCosts& costs, ActionKind kind) {
 PipelineTimeline simulate_pipeline(const PipelineShape& shape, const std::vector<RankSchedule>& schedules,
                                    const ActionCosts& costs) {
   const int p = shape.stages;
-  SCALELAB_CHECK(static_cast<int>(schedules.size()) == p, "simulate_pipeline: ", schedules.size(),
-                 " action lists for ", p, " ranks");
+  SCALELAB_CHECK(static_cast<int>(schedules.size()) == p, "simulate_pipeline: ", schedules.size(), " action lists for ",
+                 p, " ranks");
   std::map<ChannelKey, Channel> channels;
   std::vector<std::size_t> next(p, 0);  // each rank's next action
   std::vector<double> clock(p, 0.0);    // when each rank is free
@@ -213,13 +213,15 @@ std::string gantt_chart(const PipelineShape& shape, const PipelineTimeline& time
                                                                          : 'B';
       const int begin = std::clamp(to_column(t.start), 0, width - 1);
       const int end = std::clamp(to_column(t.end), begin + 1, width);
-      for (int c = begin; c < end; ++c) row[c] = c == begin ? letter : static_cast<char>('0' + t.action.micro_batch % 10);
+      for (int c = begin; c < end; ++c)
+        row[c] = c == begin ? letter : static_cast<char>('0' + t.action.micro_batch % 10);
     }
     os << "rank " << r << " |" << row << "|\n";
   }
   const double formula = bubble_fraction_formula(shape, costs);
   char line[256];
-  std::snprintf(line, sizeof line, "one column = %.4g time units; F forward, B backward, W weight backward, digit: micro-batch\n", column);
+  std::snprintf(line, sizeof line,
+                "one column = %.4g time units; F forward, B backward, W weight backward, digit: micro-batch\n", column);
   os << line;
   std::snprintf(line, sizeof line, "bubble %s p=%d m=%d: simulated %.6f, formula %s = %.6f\n",
                 schedule_name(shape).c_str(), shape.stages, shape.micro_batches, timeline.bubble_fraction,

@@ -11,8 +11,10 @@ namespace scalelab {
 ModelSlice pipeline_stage_slice(const GPTConfig& config, int stage, int stages) {
   const int L = config.num_layers;
   require(stages <= L, "pp",
-          std::to_string(stages) + " model stages (--pp x model chunks) need at least as many layers, and the model "
-              "has " + std::to_string(L),
+          std::to_string(stages) +
+              " model stages (--pp x model chunks) need at least as many layers, and the model "
+              "has " +
+              std::to_string(L),
           "use at most " + std::to_string(L) + " model stages, or a deeper config");
   SCALELAB_CHECK(stage >= 0 && stage < stages, "model stage ", stage, " of ", stages);
   const int base = L / stages, extra = L % stages;
@@ -65,8 +67,9 @@ std::size_t PipelineStageModel::stashed_count() const {
 }
 
 double PipelineStageModel::forward(const int*, const int*, int, int) {
-  throw ConfigError("pipeline: a pipeline stage holds only some blocks and runs through the pipeline executor; "
-                    "train it with scalelab train --pp P under mpirun");
+  throw ConfigError(
+      "pipeline: a pipeline stage holds only some blocks and runs through the pipeline executor; "
+      "train it with scalelab train --pp P under mpirun");
 }
 
 void PipelineStageModel::backward(double) { forward(nullptr, nullptr, 0, 0); }

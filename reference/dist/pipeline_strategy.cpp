@@ -17,14 +17,15 @@ namespace {
 // What this build's pipeline cannot do yet: one clear refusal each, raised on every rank.
 void refuse_unsupported(const TrainOptions& o) {
   const std::string pp = "--pp " + std::to_string(o.parallel.pp);
-  require(o.parallel.tp == 1, "tp", pp + " with --tp " + std::to_string(o.parallel.tp) +
-                                        ": tensor parallelism inside a pipeline stage is not built yet",
+  require(o.parallel.tp == 1, "tp",
+          pp + " with --tp " + std::to_string(o.parallel.tp) +
+              ": tensor parallelism inside a pipeline stage is not built yet",
           "use --tp 1 with a pipeline");
   require(o.precision == "fp32", "precision",
           pp + ": pipeline stages run in fp32 in this build, and --precision " + o.precision + " was asked for",
           "use --precision fp32 with --pp");
-  require(o.device == "cpu", "device", pp + ": pipeline stages run on the CPU in this build, and --device " +
-                                           o.device + " was asked for",
+  require(o.device == "cpu", "device",
+          pp + ": pipeline stages run on the CPU in this build, and --device " + o.device + " was asked for",
           "use --device cpu with --pp");
   require(o.resume.empty() && o.save_checkpoint.empty(), "checkpoint",
           pp + ": a pipeline run cannot write or resume a training checkpoint yet (each rank holds part of the "
@@ -104,9 +105,9 @@ void PipelineStrategy::sync_gradients(TrainModel& /*model*/) {
   //    stay bitwise equal.
   if (p > 1 && (stage_->holds_embeddings() || stage_->holds_head())) {
     const std::size_t n = stage_->wte_numel();
-    float* mine = stage_->holds_embeddings() ? stage_->fp32_grads() + stage_->chunk(0).layout().find(
-                                                                          "transformer.wte.weight").offset
-                                             : stage_->head_wte_grads();
+    float* mine = stage_->holds_embeddings()
+                      ? stage_->fp32_grads() + stage_->chunk(0).layout().find("transformer.wte.weight").offset
+                      : stage_->head_wte_grads();
     const int peer = stage_->holds_embeddings() ? p - 1 : 0;
     std::vector<float> theirs(n);
     Request r = pp.isend(mine, n, DataType::kFloat32, peer, 0);
@@ -118,8 +119,7 @@ void PipelineStrategy::sync_gradients(TrainModel& /*model*/) {
   if (grid_->shape().dp > 1) grid_->dp().all_reduce(stage_->fp32_grads(), stage_->num_params(), ReduceOp::kSum);
 
   report_ = {};
-  for (CommOp op : {CommOp::kSend})
-    report_.bytes_sent += pp.stats()[op].bytes_sent - pp_before_[op].bytes_sent;
+  for (CommOp op : {CommOp::kSend}) report_.bytes_sent += pp.stats()[op].bytes_sent - pp_before_[op].bytes_sent;
   report_.bytes_sent += grid_->dp().stats()[CommOp::kAllReduce].bytes_sent - dp_before_[CommOp::kAllReduce].bytes_sent;
   report_.comm_seconds = comm_busy_us(timeline_.events()) * 1e-6;
   report_.hidden_fraction = hidden_fraction(timeline_.events());

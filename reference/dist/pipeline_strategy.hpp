@@ -32,8 +32,8 @@ class PipelineStrategy final : public ParallelStrategy {
 
   std::string describe() const override;
   int data_parallel_size() const override { return grid_->shape().dp; }
-  std::unique_ptr<TrainModel> make_model(const GPTConfig& config, const std::string& precision,
-                                         MemoryTracker* tracker, const TrainModelFactory& whole) override;
+  std::unique_ptr<TrainModel> make_model(const GPTConfig& config, const std::string& precision, MemoryTracker* tracker,
+                                         const TrainModelFactory& whole) override;
   void attach(const StrategyContext& context) override;
   void begin_step(const GlobalBatch& batch) override;
   double run_micro_batches(TrainModel& model, const GlobalBatch& batch, double loss_scale) override;

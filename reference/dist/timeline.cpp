@@ -2,9 +2,11 @@
 #include "dist/timeline.hpp"
 
 #include <algorithm>
+#include <cstdint>
 
 #include <nlohmann/json.hpp>
 
+#include "comm/communicator.hpp"
 #include "io/atomic_file.hpp"
 
 namespace scalelab {
@@ -19,7 +21,11 @@ void Timeline::add(const std::string& name, const std::string& category, int tra
   events_.push_back({name, category, track, start_us, std::max(0.0, end_us - start_us)});
 }
 
-std::string Timeline::chrome_trace_json(int rank) const {
+double Timeline::origin_clock_us() const {
+  return std::chrono::duration<double, std::micro>(origin_.time_since_epoch()).count();
+}
+
+std::string Timeline::chrome_trace_json(int rank, double offset_us) const {
   nlohmann::json events = nlohmann::json::array();
   const char* tracks[] = {"compute", "communication"};
   for (int t = 0; t < 2; ++t)
@@ -33,13 +39,37 @@ std::string Timeline::chrome_trace_json(int rank) const {
                       {"ph", "X"},
                       {"pid", rank},
                       {"tid", e.track},
-                      {"ts", e.start_us},
+                      {"ts", e.start_us + offset_us},
                       {"dur", e.duration_us}});
   return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
 }
 
 void Timeline::write_chrome_trace(const std::string& path, int rank) const {
   write_file_atomically(path, chrome_trace_json(rank));
+}
+
+void write_merged_chrome_trace(Communicator& comm, const Timeline& timeline, const std::string& path) {
+  // Everyone's start on rank 0's axis: the earliest origin is time 0.
+  double origin = timeline.origin_clock_us();
+  comm.all_reduce(&origin, &origin, 1, DataType::kFloat64, ReduceOp::kMin);
+  const std::string mine = timeline.chrome_trace_json(comm.rank(), timeline.origin_clock_us() - origin);
+  if (comm.rank() != 0) {
+    std::int64_t size = static_cast<std::int64_t>(mine.size());
+    comm.send(&size, 1, DataType::kInt64, 0);
+    comm.send(mine.data(), mine.size(), DataType::kUInt8, 0);
+    comm.barrier();  // the file is complete when any rank returns
+    return;
+  }
+  nlohmann::json merged = nlohmann::json::parse(mine);
+  for (int r = 1; r < comm.size(); ++r) {
+    std::int64_t size = 0;
+    comm.recv(&size, 1, DataType::kInt64, r);
+    std::string text(static_cast<std::size_t>(size), '\0');
+    comm.recv(text.data(), text.size(), DataType::kUInt8, r);
+    for (auto& e : nlohmann::json::parse(text)["traceEvents"]) merged["traceEvents"].push_back(std::move(e));
+  }
+  write_file_atomically(path, merged.dump());
+  comm.barrier();
 }
 
 namespace {

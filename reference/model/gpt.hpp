@@ -189,13 +189,13 @@ class GPTModel : private BlockRunner {
   ModelSlice slice_;  // num_layers resolved
   ParamLayout layout_;
   MemoryTracker* tracker_;
-  Buffer<F> params_, grads_;            // empty when the caller owns the storage
-  F* param_data_ = nullptr;             // params_ or the caller's
-  F* grad_data_ = nullptr;              // grads_ or the caller's
-  ParamView<F> w_, g_;                  // named views of param_data_ and grad_data_
+  Buffer<F> params_, grads_;  // empty when the caller owns the storage
+  F* param_data_ = nullptr;   // params_ or the caller's
+  F* grad_data_ = nullptr;    // grads_ or the caller's
+  ParamView<F> w_, g_;        // named views of param_data_ and grad_data_
   Buffer<F> act_buffer_, scratch_buffer_;
-  int scratch_B_ = 0, scratch_T_ = 0;   // what scratch_buffer_ is sized for
-  WeightGradTape<F> tape_;              // backward_input's deferred products
+  int scratch_B_ = 0, scratch_T_ = 0;  // what scratch_buffer_ is sized for
+  WeightGradTape<F> tape_;             // backward_input's deferred products
   // Stage 05: activations of micro-batches in flight, by key.
   struct SavedForward {
     Buffer<F> act_buffer;

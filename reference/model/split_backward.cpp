@@ -22,8 +22,8 @@ void WeightGradTape<F>::reserve(std::size_t elements, MemoryTracker* tracker) {
 template <typename F>
 void WeightGradTape<F>::record(F* dweight, F* dbias, const F* dout, const F* inp, int N, int C, int OC) {
   const std::size_t n = static_cast<std::size_t>(N) * OC;
-  SCALELAB_CHECK(used_ + n <= douts_.size(), "the weight-gradient tape holds ", douts_.size(), " values, ",
-                 used_ + n, " were recorded");
+  SCALELAB_CHECK(used_ + n <= douts_.size(), "the weight-gradient tape holds ", douts_.size(), " values, ", used_ + n,
+                 " were recorded");
   F* copy = douts_.data() + used_;
   std::copy(dout, dout + n, copy);
   used_ += n;

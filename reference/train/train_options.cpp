@@ -280,8 +280,8 @@ TrainOptions options_from_json(const nlohmann::json& j) {
 
   const std::string pw = "the options' parallel";
   no_other_keys(p,
-                {"dp", "tp", "pp", "micro_batches", "schedule", "sequence_parallel", "zero",
-                 "offload", "ddp", "allreduce", "bucket_mb", "first_bucket_mb", "backend", "trace"},
+                {"dp", "tp", "pp", "micro_batches", "schedule", "sequence_parallel", "zero", "offload", "ddp",
+                 "allreduce", "bucket_mb", "first_bucket_mb", "backend", "trace"},
                 pw);
   ParallelOptions& q = o.parallel;
   read(p, "dp", q.dp, pw);

@@ -23,7 +23,8 @@ struct PipelineHarness {
 
   // pp ranks x (world / pp) replicas, `schedule` with m micro-batches of batch / (dp m) rows.
   PipelineHarness(scalelab::Communicator& world, const scalelab::GPTConfig& config, int pp, int m,
-                  const std::string& schedule, int batch, int seq_len, std::uint64_t seed) : T(seq_len) {
+                  const std::string& schedule, int batch, int seq_len, std::uint64_t seed)
+      : T(seq_len) {
     options.batch = batch;
     options.seq_len = seq_len;
     options.parallel.pp = pp;

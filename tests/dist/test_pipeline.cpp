@@ -166,7 +166,8 @@ TEST_CASE("each rank's peak activation memory is what its schedule keeps in flig
       CHECK(h.tracker.peak(MemCategory::kActivations) == peak);
       CHECK(h.strategy->last_step().peak_in_flight == peak_in_flight_formula(shape, r));
       if (shape.chunks == 1 && shape.kind != PipeScheduleKind::kZbH1)  // the textbook formula, directly
-        CHECK(peak == static_cast<std::size_t>(peak_in_flight_formula(shape, r)) * act_bytes(h.stage().chunk(0), kRows));
+        CHECK(peak ==
+              static_cast<std::size_t>(peak_in_flight_formula(shape, r)) * act_bytes(h.stage().chunk(0), kRows));
     }
   }
 }
@@ -264,7 +265,7 @@ TEST_CASE("bad pipeline settings fail on every rank with one message", "[graded]
     o.parallel.schedule = c.schedule;
     std::string message;
     try {
-      make_strategy_factory(&world)(o);
+      make_strategy_factory (&world)(o);
     } catch (const ConfigError& e) {
       message = e.what();
     }

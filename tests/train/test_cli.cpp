@@ -122,7 +122,7 @@ TEST_CASE("scalelab train --options-file runs the options a file holds", "[cli]"
     "adamw":{"lr":0.00123,"beta1":0.9,"beta2":0.999,"eps":1e-08,"weight_decay":0.01,"grad_clip":0.0},
     "seed":7,"data":"","val_fraction":0.1,"val_every":0,"val_batches":1,"threads":1,"grad_accum":1,
     "checkpoint":"sqrt","precision":"fp32",
-    "parallel":{"dp":0,"tp":1,"pp":1,"micro_batches":0,"schedule":"1f1b","virtual_stages":1,
+    "parallel":{"dp":0,"tp":1,"pp":1,"micro_batches":0,"schedule":"1f1b",
                 "sequence_parallel":false,"zero":0,"offload":false,"ddp":"auto","allreduce":"builtin",
                 "bucket_mb":25.0,"first_bucket_mb":1.0,"backend":"auto","trace":""},
     "device":"cpu","init_weights":"","save_weights":"","save_checkpoint":"","resume":"","metrics":""})",

@@ -48,8 +48,7 @@ TrainOptions unusual_options(std::uint64_t seed) {
   o.parallel.tp = 2;
   o.parallel.pp = 2;
   o.parallel.micro_batches = 2;
-  o.parallel.schedule = "interleaved";
-  o.parallel.virtual_stages = 2;
+  o.parallel.schedule = "interleaved:2";
   o.parallel.sequence_parallel = true;
   o.parallel.zero = 2;
   o.parallel.offload = true;
@@ -98,7 +97,7 @@ TEST_CASE("options round-trip through JSON bit for bit, every field", "[options]
     CHECK(b.checkpoint.describe() == "every:2");
     CHECK(b.parallel.sequence_parallel);
     CHECK(b.parallel.offload);
-    CHECK(b.parallel.schedule == "interleaved");
+    CHECK(b.parallel.schedule == "interleaved:2");
     CHECK(b.device == "cuda");
   }
   // Every default differs from the unusual options: the round trip above would notice a field
@@ -145,17 +144,24 @@ TEST_CASE("each bad parallel layout gives one message naming the flags and the f
       {"tp vs heads", [](TrainOptions& o) { o.parallel.tp = 3; }, 0,
        "tp: --tp 3 does not divide the model's 4 heads; choose a --tp that divides the head count"},
       {"pp vs layers", [](TrainOptions& o) { o.parallel.pp = 8; }, 0,
-       "pp: --pp 8 x --virtual-stages 1 model chunks need at least 8 layers, and the model has 4"},
+       "pp: --pp 8 x 1 model chunks per rank need at least 8 layers, and the model has 4"},
       {"schedule name", [](TrainOptions& o) { o.parallel.schedule = "pipedream"; }, 0,
-       "schedule: unknown pipeline schedule 'pipedream'; use gpipe, 1f1b, interleaved or zb-h1"},
+       "schedule: unknown schedule 'pipedream'; use"},
       {"schedule without pipeline", [](TrainOptions& o) { o.parallel.schedule = "gpipe"; }, 0,
        "schedule: --schedule gpipe needs a pipeline; add --pp P with P >= 2"},
-      {"virtual stages without interleaving",
+      {"interleaved with m not a multiple of p",
        [](TrainOptions& o) {
          o.parallel.pp = 2;
-         o.parallel.virtual_stages = 2;
+         o.parallel.schedule = "interleaved:2";
+         o.parallel.micro_batches = 3;
        },
-       0, "virtual_stages: --virtual-stages 2 is only used by the interleaved schedule"},
+       0, "micro_batches: interleaved needs --micro-batches to be a multiple of --pp 2, got 3"},
+      {"interleaved without V",
+       [](TrainOptions& o) {
+         o.parallel.pp = 2;
+         o.parallel.schedule = "interleaved";
+       },
+       0, "schedule: --schedule interleaved needs the number of model chunks per rank; write interleaved:V"},
       {"both micro-batch counts",
        [](TrainOptions& o) {
          o.grad_accum = 2;
