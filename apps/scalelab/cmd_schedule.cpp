@@ -60,13 +60,12 @@ void run_schedule(const ScheduleFlags& f) {
   std::printf("\n%-6s %-40s %-26s\n", "rank", "forwards before 1st backward (formula)", "peak in flight (formula)");
   for (int r = 0; r < shape.stages; ++r) {
     const RankSchedule compute = compute_order(shape, r);
-    std::printf("%-6d %-40s %-26s\n", r,
-                (std::to_string(warmup_forwards(compute)) + " (" + std::to_string(warmup_forwards_formula(shape, r)) +
-                 ")")
-                    .c_str(),
-                (std::to_string(peak_in_flight(compute)) + " (" + std::to_string(peak_in_flight_formula(shape, r)) +
-                 ")")
-                    .c_str());
+    std::printf(
+        "%-6d %-40s %-26s\n", r,
+        (std::to_string(warmup_forwards(compute)) + " (" + std::to_string(warmup_forwards_formula(shape, r)) + ")")
+            .c_str(),
+        (std::to_string(peak_in_flight(compute)) + " (" + std::to_string(peak_in_flight_formula(shape, r)) + ")")
+            .c_str());
   }
   std::printf("makespan %.6g, busy %.6g of %d x %.6g; bubble simulated %.6f, formula %.6f\n", timeline.makespan,
               timeline.busy, shape.stages, timeline.makespan, timeline.bubble_fraction,

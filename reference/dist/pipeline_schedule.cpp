@@ -16,7 +16,8 @@ namespace {
 
 std::string str(int v) { return std::to_string(v); }
 
-const char* const kScheduleForms = "use --schedule afab (or gpipe), 1f1b, interleaved:V (V >= 2 chunks per rank) or zb-h1";
+const char* const kScheduleForms =
+    "use --schedule afab (or gpipe), 1f1b, interleaved:V (V >= 2 chunks per rank) or zb-h1";
 
 bool is_backward(ActionKind kind) {
   return kind == ActionKind::kBackward || kind == ActionKind::kBackwardInput || kind == ActionKind::kBackwardWeight;
@@ -82,6 +83,22 @@ std::string schedule_name(const PipelineShape& shape) {
     case PipeScheduleKind::kZbH1: return "zb-h1";
   }
   return "?";
+}
+
+std::string describe_action(const Action& a) {
+  const char* what = "?";
+  switch (a.kind) {
+    case ActionKind::kForward: what = "forward"; break;
+    case ActionKind::kBackward: what = "backward"; break;
+    case ActionKind::kBackwardInput: what = "input backward"; break;
+    case ActionKind::kBackwardWeight: what = "weight backward"; break;
+    case ActionKind::kRecvActivation: what = "receive activation"; break;
+    case ActionKind::kSendActivation: what = "send activation"; break;
+    case ActionKind::kRecvGrad: what = "receive gradient"; break;
+    case ActionKind::kSendGrad: what = "send gradient"; break;
+  }
+  return std::string(what) + " of micro-batch " + std::to_string(a.micro_batch) + " (chunk " + std::to_string(a.chunk) +
+         ")";
 }
 
 int model_stage(const PipelineShape& shape, int rank, int chunk) { return chunk * shape.stages + rank; }
@@ -192,7 +209,8 @@ RankSchedule compute_order(const PipelineShape& shape, int rank) {
   switch (shape.kind) {
     case PipeScheduleKind::kAfab: return afab_order(shape.stages, shape.micro_batches, rank);
     case PipeScheduleKind::k1F1B: return one_f_one_b_order(shape.stages, shape.micro_batches, rank);
-    case PipeScheduleKind::kInterleaved: return interleaved_order(shape.stages, shape.micro_batches, shape.chunks, rank);
+    case PipeScheduleKind::kInterleaved:
+      return interleaved_order(shape.stages, shape.micro_batches, shape.chunks, rank);
     case PipeScheduleKind::kZbH1: return zb_h1_order(shape.stages, shape.micro_batches, rank);
   }
   return {};

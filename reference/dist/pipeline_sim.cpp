@@ -16,22 +16,6 @@ namespace scalelab {
 
 namespace {
 
-std::string describe(const Action& a) {
-  const char* what = "?";
-  switch (a.kind) {
-    case ActionKind::kForward: what = "forward"; break;
-    case ActionKind::kBackward: what = "backward"; break;
-    case ActionKind::kBackwardInput: what = "input backward"; break;
-    case ActionKind::kBackwardWeight: what = "weight backward"; break;
-    case ActionKind::kRecvActivation: what = "receive activation"; break;
-    case ActionKind::kSendActivation: what = "send activation"; break;
-    case ActionKind::kRecvGrad: what = "receive gradient"; break;
-    case ActionKind::kSendGrad: what = "send gradient"; break;
-  }
-  return std::string(what) + " of micro-batch " + std::to_string(a.micro_batch) + " (chunk " +
-         std::to_string(a.chunk) + ")";
-}
-
 bool is_send(ActionKind k) { return k == ActionKind::kSendActivation || k == ActionKind::kSendGrad; }
 bool is_activation(ActionKind k) { return k == ActionKind::kSendActivation || k == ActionKind::kRecvActivation; }
 
@@ -91,8 +75,8 @@ double action_cost(const ActionCosts& costs, ActionKind kind) {
 PipelineTimeline simulate_pipeline(const PipelineShape& shape, const std::vector<RankSchedule>& schedules,
                                    const ActionCosts& costs) {
   const int p = shape.stages;
-  SCALELAB_CHECK(static_cast<int>(schedules.size()) == p, "simulate_pipeline: ", schedules.size(),
-                 " action lists for ", p, " ranks");
+  SCALELAB_CHECK(static_cast<int>(schedules.size()) == p, "simulate_pipeline: ", schedules.size(), " action lists for ",
+                 p, " ranks");
   std::map<ChannelKey, Channel> channels;
   std::vector<std::size_t> next(p, 0);  // each rank's next action
   std::vector<double> clock(p, 0.0);    // when each rank is free
@@ -120,9 +104,9 @@ PipelineTimeline simulate_pipeline(const PipelineShape& shape, const std::vector
           if (ch.received == ch.sent.size()) return moved;  // blocked until the peer sends
           const Message& msg = ch.sent[ch.received++];
           if (msg.micro_batch != a.micro_batch || msg.to_stage != stage)
-            throw Error("pipeline schedule: rank " + std::to_string(r) + "'s " + describe(a) + " (action " +
+            throw Error("pipeline schedule: rank " + std::to_string(r) + "'s " + describe_action(a) + " (action " +
                         std::to_string(next[r]) + ") matches rank " + std::to_string(msg.from_rank) + "'s " +
-                        describe(msg.send) + ", which is for micro-batch " + std::to_string(msg.micro_batch) +
+                        describe_action(msg.send) + ", which is for micro-batch " + std::to_string(msg.micro_batch) +
                         ", model stage " + std::to_string(msg.to_stage) +
                         ": the two ranks post these messages in different orders");
           timed.end = std::max(clock[r], msg.posted + costs.transfer);
@@ -144,8 +128,8 @@ PipelineTimeline simulate_pipeline(const PipelineShape& shape, const std::vector
   for (int r = 0; r < p; ++r) {
     if (next[r] == schedules[r].size()) continue;
     const Action& a = schedules[r][next[r]];
-    blocked += "\n  rank " + std::to_string(r) + " waits at action " + std::to_string(next[r]) + ", " + describe(a) +
-               " from rank " + std::to_string(action_peer(shape, r, a));
+    blocked += "\n  rank " + std::to_string(r) + " waits at action " + std::to_string(next[r]) + ", " +
+               describe_action(a) + " from rank " + std::to_string(action_peer(shape, r, a));
   }
   if (!blocked.empty()) throw Error("pipeline schedule " + schedule_name(shape) + " deadlocks:" + blocked);
 
@@ -153,7 +137,7 @@ PipelineTimeline simulate_pipeline(const PipelineShape& shape, const std::vector
   for (const auto& [key, ch] : channels)
     if (ch.received != ch.sent.size()) {
       const Message& msg = ch.sent[ch.received];
-      throw Error("pipeline schedule: rank " + std::to_string(std::get<0>(key)) + "'s " + describe(msg.send) +
+      throw Error("pipeline schedule: rank " + std::to_string(std::get<0>(key)) + "'s " + describe_action(msg.send) +
                   " to rank " + std::to_string(std::get<1>(key)) + " is never received");
     }
 
@@ -213,13 +197,15 @@ std::string gantt_chart(const PipelineShape& shape, const PipelineTimeline& time
                                                                          : 'B';
       const int begin = std::clamp(to_column(t.start), 0, width - 1);
       const int end = std::clamp(to_column(t.end), begin + 1, width);
-      for (int c = begin; c < end; ++c) row[c] = c == begin ? letter : static_cast<char>('0' + t.action.micro_batch % 10);
+      for (int c = begin; c < end; ++c)
+        row[c] = c == begin ? letter : static_cast<char>('0' + t.action.micro_batch % 10);
     }
     os << "rank " << r << " |" << row << "|\n";
   }
   const double formula = bubble_fraction_formula(shape, costs);
   char line[256];
-  std::snprintf(line, sizeof line, "one column = %.4g time units; F forward, B backward, W weight backward, digit: micro-batch\n", column);
+  std::snprintf(line, sizeof line,
+                "one column = %.4g time units; F forward, B backward, W weight backward, digit: micro-batch\n", column);
   os << line;
   std::snprintf(line, sizeof line, "bubble %s p=%d m=%d: simulated %.6f, formula %s = %.6f\n",
                 schedule_name(shape).c_str(), shape.stages, shape.micro_batches, timeline.bubble_fraction,

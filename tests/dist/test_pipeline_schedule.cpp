@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <map>
-#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -70,24 +69,9 @@ int doc_peak(const PipelineShape& s, int r) {
 }
 
 std::string show(const RankSchedule& list) {
-  std::ostringstream out;
-  for (const Action& a : list) {
-    const char* k = "?";
-    switch (a.kind) {
-      case ActionKind::kForward: k = "F"; break;
-      case ActionKind::kBackward: k = "B"; break;
-      case ActionKind::kBackwardInput: k = "Bi"; break;
-      case ActionKind::kBackwardWeight: k = "W"; break;
-      case ActionKind::kRecvActivation: k = "ra"; break;
-      case ActionKind::kSendActivation: k = "sa"; break;
-      case ActionKind::kRecvGrad: k = "rg"; break;
-      case ActionKind::kSendGrad: k = "sg"; break;
-    }
-    out << k << a.micro_batch;
-    if (a.chunk) out << '.' << a.chunk;
-    out << ' ';
-  }
-  return out.str();
+  std::string out;
+  for (const Action& a : list) out += describe_action(a) + "; ";
+  return out;
 }
 
 std::string expect_config_error(const std::string& text, int p, int m) {
@@ -108,6 +92,18 @@ std::string expect_error(const PipelineShape& shape, const std::vector<RankSched
   }
   FAIL("the simulation of a wrong " << label(shape) << " schedule completed without an error");
   return "";
+}
+
+// 1f1b's compute order on every rank (to be edited by a test), and the lists with messages.
+std::vector<RankSchedule> one_f_one_b_compute(const PipelineShape& s) {
+  std::vector<RankSchedule> compute;
+  for (int r = 0; r < s.stages; ++r) compute.push_back(one_f_one_b_order(s.stages, s.micro_batches, r));
+  return compute;
+}
+std::vector<RankSchedule> with_messages(const PipelineShape& s, const std::vector<RankSchedule>& compute) {
+  std::vector<RankSchedule> lists;
+  for (int r = 0; r < s.stages; ++r) lists.push_back(with_communication(s, r, compute[r]));
+  return lists;
 }
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
@@ -145,13 +141,14 @@ TEST_CASE("every (micro-batch, chunk) runs forward once, then backward once (zb-
             CHECK(b->second < w->second);
           }
         }
-      if (split) {  // W's in micro-batch order
-        int last = -1;
-        for (const Action& a : list)
-          if (a.kind == ActionKind::kBackwardWeight) {
-            CHECK(a.micro_batch == last + 1);
-            last = a.micro_batch;
-          }
+      // On each chunk, forwards, backwards (and W's) run in micro-batch order: oldest first.
+      std::map<std::pair<ActionKind, int>, int> last;  // (kind, chunk) -> last micro-batch seen
+      for (const Action& a : list) {
+        auto [it, first] = last.try_emplace({a.kind, a.chunk}, -1);
+        (void)first;
+        INFO(describe_action(a) << " after micro-batch " << it->second << " of its kind on chunk " << a.chunk);
+        CHECK(a.micro_batch == it->second + 1);
+        it->second = a.micro_batch;
       }
     }
   }
@@ -295,9 +292,8 @@ TEST_CASE("zb-h1's bubble is at most 1f1b's, and below it wherever there is a bu
         const PipelineShape fb = make_shape(PipeScheduleKind::k1F1B, p, m);
         const double zb_bubble = simulate_pipeline(zb, build_schedules(zb), c).bubble_fraction;
         const double fb_bubble = simulate_pipeline(fb, build_schedules(fb), c).bubble_fraction;
-        INFO("p=" << p << " m=" << m << " F=" << c.forward << " B=" << c.backward_input << " W="
-                  << c.backward_weight << " transfer=" << c.transfer << ": zb-h1 " << zb_bubble << ", 1f1b "
-                  << fb_bubble);
+        INFO("p=" << p << " m=" << m << " F=" << c.forward << " B=" << c.backward_input << " W=" << c.backward_weight
+                  << " transfer=" << c.transfer << ": zb-h1 " << zb_bubble << ", 1f1b " << fb_bubble);
         CHECK(zb_bubble <= fb_bubble + 1e-12);
         if (p > 1) CHECK(zb_bubble < fb_bubble);
       }
@@ -358,7 +354,8 @@ TEST_CASE("schedule texts parse, and bad ones name --schedule and the accepted f
   const std::string unknown = expect_config_error("pipedream", 4, 8);
   INFO(unknown);
   CHECK(contains(unknown, "schedule: unknown schedule 'pipedream'"));
-  for (const char* form : {"--schedule", "afab", "gpipe", "1f1b", "interleaved:V", "zb-h1"}) CHECK(contains(unknown, form));
+  for (const char* form : {"--schedule", "afab", "gpipe", "1f1b", "interleaved:V", "zb-h1"})
+    CHECK(contains(unknown, form));
   CHECK(contains(expect_config_error("interleaved", 4, 8), "write interleaved:V, e.g. --schedule interleaved:2"));
   CHECK(contains(expect_config_error("interleaved:1", 4, 8), "interleaved needs V >= 2 model chunks per rank, got 1"));
   CHECK(contains(expect_config_error("interleaved:0", 4, 8), "V >= 2"));
@@ -380,8 +377,7 @@ TEST_CASE("wrong schedules are caught: a short warm-up, a deadlock, messages out
   SECTION("1f1b with one warm-up forward too few on rank 0 runs, but the checks see it") {
     // Rank 0 warms up with 2 forwards instead of 3: no deadlock (sends never block), but the
     // count is off and rank 0 now waits for every gradient: the bubble grows past the formula.
-    std::vector<RankSchedule> compute;
-    for (int r = 0; r < 4; ++r) compute.push_back(one_f_one_b_order(4, 8, r));
+    std::vector<RankSchedule> compute = one_f_one_b_compute(s);
     RankSchedule& r0 = compute[0];
     RankSchedule short_warmup;
     for (int i = 0; i < 2; ++i) short_warmup.push_back({ActionKind::kForward, i, 0});
@@ -393,8 +389,7 @@ TEST_CASE("wrong schedules are caught: a short warm-up, a deadlock, messages out
     r0 = short_warmup;
     CHECK(warmup_forwards(r0) != warmup_forwards_formula(s, 0));
     CHECK(peak_in_flight(r0) != peak_in_flight_formula(s, 0));
-    std::vector<RankSchedule> lists;
-    for (int r = 0; r < 4; ++r) lists.push_back(with_communication(s, r, compute[r]));
+    const std::vector<RankSchedule> lists = with_messages(s, compute);
     const PipelineTimeline t = simulate_pipeline(s, lists, ActionCosts{});
     INFO(gantt_chart(s, t, 66));
     CHECK(t.bubble_fraction > bubble_fraction_formula(s, ActionCosts{}) + 0.01);
@@ -412,14 +407,11 @@ TEST_CASE("wrong schedules are caught: a short warm-up, a deadlock, messages out
     CHECK(contains(msg, "rank 1 waits at action 0, receive activation of micro-batch 0 (chunk 0) from rank 0"));
   }
   SECTION("two backwards swapped on one rank: the gradients arrive in another order") {
-    std::vector<RankSchedule> compute;
-    for (int r = 0; r < 4; ++r) compute.push_back(one_f_one_b_order(4, 8, r));
+    std::vector<RankSchedule> compute = one_f_one_b_compute(s);
     auto b6 = std::find(compute[1].begin(), compute[1].end(), Action{ActionKind::kBackward, 6, 0});
     auto b7 = std::find(compute[1].begin(), compute[1].end(), Action{ActionKind::kBackward, 7, 0});
     std::iter_swap(b6, b7);
-    std::vector<RankSchedule> lists;
-    for (int r = 0; r < 4; ++r) lists.push_back(with_communication(s, r, compute[r]));
-    const std::string msg = expect_error(s, lists);
+    const std::string msg = expect_error(s, with_messages(s, compute));
     INFO(msg);
     CHECK(contains(msg, "rank 1's receive gradient of micro-batch 7 (chunk 0)"));
     CHECK(contains(msg, "which is for micro-batch 6"));
