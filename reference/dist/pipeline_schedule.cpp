@@ -85,6 +85,22 @@ std::string schedule_name(const PipelineShape& shape) {
   return "?";
 }
 
+std::string describe_action(const Action& a) {
+  const char* what = "?";
+  switch (a.kind) {
+    case ActionKind::kForward: what = "forward"; break;
+    case ActionKind::kBackward: what = "backward"; break;
+    case ActionKind::kBackwardInput: what = "input backward"; break;
+    case ActionKind::kBackwardWeight: what = "weight backward"; break;
+    case ActionKind::kRecvActivation: what = "receive activation"; break;
+    case ActionKind::kSendActivation: what = "send activation"; break;
+    case ActionKind::kRecvGrad: what = "receive gradient"; break;
+    case ActionKind::kSendGrad: what = "send gradient"; break;
+  }
+  return std::string(what) + " of micro-batch " + std::to_string(a.micro_batch) + " (chunk " + std::to_string(a.chunk) +
+         ")";
+}
+
 int model_stage(const PipelineShape& shape, int rank, int chunk) { return chunk * shape.stages + rank; }
 
 int action_peer(const PipelineShape& shape, int rank, const Action& action) {

@@ -64,6 +64,9 @@ struct Action {
 
 using RankSchedule = std::vector<Action>;
 
+// In words, for messages: "receive gradient of micro-batch 3 (chunk 0)".
+std::string describe_action(const Action& action);
+
 // Model stage of a rank's chunk: chunk * p + rank.
 int model_stage(const PipelineShape& shape, int rank, int chunk);
 // The rank a send or receive action talks to (the rank of the neighbouring model stage).

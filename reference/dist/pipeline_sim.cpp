@@ -16,22 +16,6 @@ namespace scalelab {
 
 namespace {
 
-std::string describe(const Action& a) {
-  const char* what = "?";
-  switch (a.kind) {
-    case ActionKind::kForward: what = "forward"; break;
-    case ActionKind::kBackward: what = "backward"; break;
-    case ActionKind::kBackwardInput: what = "input backward"; break;
-    case ActionKind::kBackwardWeight: what = "weight backward"; break;
-    case ActionKind::kRecvActivation: what = "receive activation"; break;
-    case ActionKind::kSendActivation: what = "send activation"; break;
-    case ActionKind::kRecvGrad: what = "receive gradient"; break;
-    case ActionKind::kSendGrad: what = "send gradient"; break;
-  }
-  return std::string(what) + " of micro-batch " + std::to_string(a.micro_batch) + " (chunk " + std::to_string(a.chunk) +
-         ")";
-}
-
 bool is_send(ActionKind k) { return k == ActionKind::kSendActivation || k == ActionKind::kSendGrad; }
 bool is_activation(ActionKind k) { return k == ActionKind::kSendActivation || k == ActionKind::kRecvActivation; }
 
@@ -120,9 +104,9 @@ PipelineTimeline simulate_pipeline(const PipelineShape& shape, const std::vector
           if (ch.received == ch.sent.size()) return moved;  // blocked until the peer sends
           const Message& msg = ch.sent[ch.received++];
           if (msg.micro_batch != a.micro_batch || msg.to_stage != stage)
-            throw Error("pipeline schedule: rank " + std::to_string(r) + "'s " + describe(a) + " (action " +
+            throw Error("pipeline schedule: rank " + std::to_string(r) + "'s " + describe_action(a) + " (action " +
                         std::to_string(next[r]) + ") matches rank " + std::to_string(msg.from_rank) + "'s " +
-                        describe(msg.send) + ", which is for micro-batch " + std::to_string(msg.micro_batch) +
+                        describe_action(msg.send) + ", which is for micro-batch " + std::to_string(msg.micro_batch) +
                         ", model stage " + std::to_string(msg.to_stage) +
                         ": the two ranks post these messages in different orders");
           timed.end = std::max(clock[r], msg.posted + costs.transfer);
@@ -144,8 +128,8 @@ PipelineTimeline simulate_pipeline(const PipelineShape& shape, const std::vector
   for (int r = 0; r < p; ++r) {
     if (next[r] == schedules[r].size()) continue;
     const Action& a = schedules[r][next[r]];
-    blocked += "\n  rank " + std::to_string(r) + " waits at action " + std::to_string(next[r]) + ", " + describe(a) +
-               " from rank " + std::to_string(action_peer(shape, r, a));
+    blocked += "\n  rank " + std::to_string(r) + " waits at action " + std::to_string(next[r]) + ", " +
+               describe_action(a) + " from rank " + std::to_string(action_peer(shape, r, a));
   }
   if (!blocked.empty()) throw Error("pipeline schedule " + schedule_name(shape) + " deadlocks:" + blocked);
 
@@ -153,7 +137,7 @@ PipelineTimeline simulate_pipeline(const PipelineShape& shape, const std::vector
   for (const auto& [key, ch] : channels)
     if (ch.received != ch.sent.size()) {
       const Message& msg = ch.sent[ch.received];
-      throw Error("pipeline schedule: rank " + std::to_string(std::get<0>(key)) + "'s " + describe(msg.send) +
+      throw Error("pipeline schedule: rank " + std::to_string(std::get<0>(key)) + "'s " + describe_action(msg.send) +
                   " to rank " + std::to_string(std::get<1>(key)) + " is never received");
     }
 

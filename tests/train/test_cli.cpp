@@ -1,31 +1,14 @@
 // The command line: bad input exits non-zero with one clear message naming the setting.
 #include <catch2/catch.hpp>
 
-#include <sys/wait.h>
-#include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
-namespace {
+#include "cli_run.hpp"
 
-struct CliResult {
-  int status = -1;
-  std::string output;
-};
-
-CliResult run_cli(const std::string& args) {
-  const std::string cmd = std::string(SCALELAB_CLI_PATH) + " " + args + " 2>&1";
-  CliResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), buf.size(), p)) r.output += buf.data();
-  const int raw = pclose(p);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return r;
-}
-
-}  // namespace
+using scalelab_test::CliResult;
+using scalelab_test::run_cli;
 
 TEST_CASE("scalelab train rejects bad settings with exit status 2 and a message", "[cli]") {
   struct Case {
