@@ -15,8 +15,8 @@
 
 #include "commands.hpp"
 #include "core/error.hpp"
-#include "dist/pipeline_schedule.hpp"
-#include "dist/pipeline_sim.hpp"
+#include "schedule/pipeline_schedule.hpp"
+#include "schedule/pipeline_sim.hpp"
 
 namespace scalelab::cli {
 

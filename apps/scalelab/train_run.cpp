@@ -114,6 +114,8 @@ RunSummary run_training(const TrainOptions& options, const RunOutput& out, Commu
     for (double h : hidden) summary.comm_hidden_fraction += h / hidden.size();
     for (double b : comm_bytes) summary.comm_bytes_per_step += b / comm_bytes.size();
   }
+  if (out.progress && !trainer.strategy().report().empty())
+    std::printf("%s%s\n", out.label.c_str(), trainer.strategy().report().c_str());
   const Timeline* timeline = trainer.strategy().timeline();
   if (!options.parallel.trace.empty() && !timeline && out.progress)
     std::printf("%sno timeline to write to %s: the %s strategy records none\n", out.label.c_str(),

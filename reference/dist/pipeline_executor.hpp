@@ -1,4 +1,4 @@
-// Stage 05: runs one rank's pipeline schedule (dist/pipeline_schedule.hpp) with real messages.
+// Stage 05: runs one rank's pipeline schedule (schedule/pipeline_schedule.hpp) with real messages.
 //
 // Every action of the rank's list runs in order:
 //   forward         the chunk's forward on micro-batch i (tokens on model stage 0, else the
@@ -12,7 +12,7 @@
 //
 // Why no deadlock: sends never block, so a rank can only wait in a receive, for a message its
 // neighbour sends right after a compute action that precedes it in the dependency order. The
-// schedule builders' lists complete in the simulator (dist/pipeline_sim.hpp), which runs the
+// schedule builders' lists complete in the simulator (schedule/pipeline_sim.hpp), which runs the
 // same rule (tests/dist/test_pipeline_schedule.cpp checks every schedule, p and m), so every
 // receive's message is eventually sent. Messages carry a tag naming (micro-batch, model stage,
 // direction), so a mismatched order is an error, not a wrong answer.
@@ -25,9 +25,9 @@
 
 #include "comm/communicator.hpp"
 #include "core/memory.hpp"
-#include "dist/pipeline_schedule.hpp"
 #include "dist/pipeline_stage_model.hpp"
 #include "dist/timeline.hpp"
+#include "schedule/pipeline_schedule.hpp"
 
 namespace scalelab {
 

@@ -13,9 +13,9 @@
 #include <memory>
 #include <vector>
 
-#include "dist/pipeline_schedule.hpp"
 #include "model/gpt.hpp"
 #include "model/train_model.hpp"
+#include "schedule/pipeline_schedule.hpp"
 
 namespace scalelab {
 

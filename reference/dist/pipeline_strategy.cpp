@@ -3,9 +3,11 @@
 #include "dist/pipeline_strategy.hpp"
 
 #include <cmath>
+#include <cstdio>
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/stats.hpp"
 #include "dist/ddp.hpp"
 #include "dist/gather_weights.hpp"
 #include "train/fp32_model.hpp"
@@ -123,6 +125,64 @@ void PipelineStrategy::sync_gradients(TrainModel& /*model*/) {
   report_.bytes_sent += grid_->dp().stats()[CommOp::kAllReduce].bytes_sent - dp_before_[CommOp::kAllReduce].bytes_sent;
   report_.comm_seconds = comm_busy_us(timeline_.events()) * 1e-6;
   report_.hidden_fraction = hidden_fraction(timeline_.events());
+  measure_bubble();
+}
+
+void PipelineStrategy::measure_bubble() {
+  // Every rank runs the same number of compute actions (each (micro-batch, chunk) forward and
+  // backward once), so one all-gather of fixed-size records brings everyone's.
+  const std::vector<MeasuredAction>& mine = executor_->stats().actions;
+  constexpr int kFields = 5;  // kind, micro-batch, chunk, start, end
+  const int p = shape_.stages;
+  const std::size_t n = mine.size();
+  std::vector<double> all(kFields * n * p);
+  double* own = all.data() + kFields * n * grid_->coord().pp;
+  for (std::size_t i = 0; i < n; ++i) {
+    const MeasuredAction& a = mine[i];
+    const double record[kFields] = {static_cast<double>(a.action.kind), static_cast<double>(a.action.micro_batch),
+                                    static_cast<double>(a.action.chunk), a.start_s, a.end_s};
+    std::copy(record, record + kFields, own + kFields * i);
+  }
+  grid_->pp().all_gather(own, all.data(), all.size(), DataType::kFloat64);
+  std::vector<std::vector<TimedAction>> ranks(p);
+  std::vector<double> durations[4];  // by kind: forward, backward, input backward, weight backward
+  for (int r = 0; r < p; ++r)
+    for (std::size_t i = 0; i < n; ++i) {
+      const double* f = all.data() + kFields * (n * r + i);
+      TimedAction t;
+      t.action = {static_cast<ActionKind>(static_cast<int>(f[0])), static_cast<int>(f[1]), static_cast<int>(f[2])};
+      t.start = f[3];
+      t.end = f[4];
+      ranks[r].push_back(t);
+      durations[static_cast<int>(t.action.kind)].push_back(t.end - t.start);
+    }
+  bubble_ = {};
+  bubble_.measured = bubble_fraction(ranks);
+  const bool split = shape_.kind == PipeScheduleKind::kZbH1;
+  bubble_.costs.forward = median(durations[static_cast<int>(ActionKind::kForward)]);
+  bubble_.costs.backward_input = median(
+      durations[static_cast<int>(split ? ActionKind::kBackwardInput : ActionKind::kBackward)]);
+  bubble_.costs.backward_weight = split ? median(durations[static_cast<int>(ActionKind::kBackwardWeight)]) : 0.0;
+  bubble_.costs.transfer = 0;
+  bubble_.scheduled = simulate_pipeline(shape_, build_schedules(shape_), bubble_.costs).bubble_fraction;
+  bubble_.formula = bubble_fraction_formula(shape_, bubble_.costs);
+}
+
+std::string PipelineStrategy::report() const {
+  const ActionCosts& c = bubble_.costs;
+  char costs[96];
+  if (shape_.kind == PipeScheduleKind::kZbH1)
+    std::snprintf(costs, sizeof costs, "F %.1f ms, B %.1f ms, W %.1f ms", c.forward * 1e3, c.backward_input * 1e3,
+                  c.backward_weight * 1e3);
+  else
+    std::snprintf(costs, sizeof costs, "F %.1f ms, B %.1f ms", c.forward * 1e3, c.backward_input * 1e3);
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "pipeline bubble of the last step (idle share of the %d ranks' time): measured %.3f on the ranks' "
+                "timeline; %.3f for %s run on paper with the measured costs (%s); formula %s = %.3f",
+                shape_.stages, bubble_.measured, bubble_.scheduled, schedule_name(shape_).c_str(), costs,
+                bubble_formula_text(shape_).c_str(), bubble_.formula);
+  return line;
 }
 
 double PipelineStrategy::from_last_stage(double value) {

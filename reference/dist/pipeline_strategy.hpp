@@ -1,7 +1,7 @@
 // Stage 05 at the trainer's seam: pipeline parallelism, alone or with data parallelism on one
 // grid [pp][dp] (comm/grid.hpp). Each pipeline rank builds only its model stages
 // (dist/pipeline_stage_model.hpp) and runs its schedule's action list
-// (dist/pipeline_schedule.hpp) with the executor (dist/pipeline_executor.hpp) over its
+// (schedule/pipeline_schedule.hpp) with the executor (dist/pipeline_executor.hpp) over its
 // replica's rows. After the step's last backward on every rank, and only then:
 //   1. the two copies of the tied wte (model stage 0's embedding, the last model stage's LM
 //      head) exchange gradients and both add them, so they stay bitwise equal;
@@ -15,12 +15,22 @@
 #include "comm/communicator.hpp"
 #include "comm/grid.hpp"
 #include "dist/pipeline_executor.hpp"
-#include "dist/pipeline_schedule.hpp"
 #include "dist/pipeline_stage_model.hpp"
 #include "dist/timeline.hpp"
+#include "schedule/pipeline_schedule.hpp"
+#include "schedule/pipeline_sim.hpp"
 #include "train/parallel_strategy.hpp"
 
 namespace scalelab {
+
+// The bubble of the last step three ways: measured on the timeline of every rank's compute
+// actions; the schedule simulated (schedule/pipeline_sim.hpp) with the step's measured median cost
+// of each action kind; and the textbook formula with those costs. All as a fraction of the total
+// time, idle / (p * makespan).
+struct PipelineBubble {
+  double measured = 0, scheduled = 0, formula = 0;
+  ActionCosts costs;  // medians over all ranks, seconds (transfer 0)
+};
 
 class PipelineStrategy final : public ParallelStrategy {
  public:
@@ -51,11 +61,16 @@ class PipelineStrategy final : public ParallelStrategy {
   ProcessGrid& grid() { return *grid_; }
   const RankSchedule& schedule() const { return schedule_; }
   const PipelineStepStats& last_step() const { return executor_->stats(); }
+  // Collective over the pipeline group (every rank gets the same): from the last step.
+  const PipelineBubble& bubble() const { return bubble_; }
+  std::string report() const override;
   PipelineStageModel& stage() { return *stage_; }
 
  private:
   // The pp group's sum of a value that only the last model stage's rank knows (the loss).
   double from_last_stage(double value);
+  // Gathers every rank's measured compute actions and fills bubble_ (collective over pp).
+  void measure_bubble();
 
   Communicator& world_;
   std::unique_ptr<ProcessGrid> grid_;
@@ -68,6 +83,7 @@ class PipelineStrategy final : public ParallelStrategy {
   int batch_rows_ = 0;
   CommStats pp_before_, dp_before_;
   StepCommReport report_;
+  PipelineBubble bubble_;
 };
 
 }  // namespace scalelab

@@ -119,6 +119,9 @@ class ParallelStrategy {
   virtual StepCommReport step_report() const { return {}; }
   // The timeline of the last step (compute and communication intervals), or null.
   virtual const Timeline* timeline() const { return nullptr; }
+  // What the strategy measured in the last step, in a line for the end of a run (the pipeline's
+  // bubble); empty by default.
+  virtual std::string report() const { return {}; }
 
   // The strategy's own part of a training checkpoint (shards, its counters), written after and
   // read after the trainer's part. Nothing by default.

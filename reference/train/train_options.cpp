@@ -5,7 +5,7 @@
 #include <array>
 
 #include "core/error.hpp"
-#include "dist/pipeline_schedule.hpp"
+#include "schedule/pipeline_schedule.hpp"
 
 namespace scalelab {
 

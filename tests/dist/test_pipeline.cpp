@@ -203,6 +203,35 @@ TEST_CASE("each rank sends and receives the activation and gradient bytes of the
   }
 }
 
+TEST_CASE("the bubble report: the ranks' timeline, the schedule on paper and the formula", "[pipeline_bubble_report]") {
+  Communicator& world = test_world();
+  const int p = world.size();
+  if (p < 2) return;
+  const int m = 4, B = kRows * m;
+  const Batch batch = random_batch(kShape.V, B, kShape.T, 13);
+  for (const std::string& schedule : schedules_for(p, m)) {
+    PipelineHarness h(world, config(), p, m, schedule, B, kShape.T, kSeed);
+    h.forward_backward(batch.tokens, batch.targets);
+    const PipelineBubble& b = h.strategy->bubble();
+    INFO(where(world) << ", " << schedule << ": " << h.strategy->report());
+    // No timing is asserted (the machine is shared); what is checked is that the three numbers are
+    // what they claim to be. The measured bubble is a share of the ranks' time.
+    CHECK(b.measured >= 0);
+    CHECK(b.measured < 1);
+    CHECK(b.costs.forward > 0);
+    CHECK(b.costs.backward_input > 0);
+    // On paper with the same costs: the simulator and the formula, recomputed here.
+    const PipelineShape& shape = h.strategy->shape();
+    CHECK(b.scheduled == simulate_pipeline(shape, build_schedules(shape), b.costs).bubble_fraction);
+    CHECK(b.formula == bubble_fraction_formula(shape, b.costs));
+    // Every rank reports the same numbers (they come from one all-gather).
+    double mine[3] = {b.measured, b.scheduled, b.formula}, root[3] = {b.measured, b.scheduled, b.formula};
+    world.broadcast(root, 3, 0);
+    CHECK(std::equal(mine, mine + 3, root));
+    CHECK(h.strategy->report().find("formula") != std::string::npos);
+  }
+}
+
 TEST_CASE("dp x pp: one all-reduce per step, and the gradients of dp alone", "[graded][pipeline_dp]") {
   Communicator& world = test_world();
   if (world.size() != 4) return;  // 2 stages x 2 replicas

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "dist/pipeline_schedule.hpp"
-#include "dist/pipeline_sim.hpp"
+#include "schedule/pipeline_schedule.hpp"
+#include "schedule/pipeline_sim.hpp"
 
 using namespace scalelab;
 

@@ -1,6 +1,6 @@
 // Stage 05: the pipeline schedules as per-rank action lists (see pipeline_schedule.hpp), the
 // checks on their settings, and the numbers a schedule implies (warm-up, peak in flight).
-#include "dist/pipeline_schedule.hpp"
+#include "schedule/pipeline_schedule.hpp"
 
 #include <algorithm>
 #include <charconv>

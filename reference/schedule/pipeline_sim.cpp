@@ -1,6 +1,6 @@
 // Stage 05: the schedule simulator (see pipeline_sim.hpp): event times, deadlock and ordering
 // checks, the bubble, simulated and by formula, and the text Gantt chart.
-#include "dist/pipeline_sim.hpp"
+#include "schedule/pipeline_sim.hpp"
 
 #include <algorithm>
 #include <cmath>

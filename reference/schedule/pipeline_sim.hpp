@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/pipeline_schedule.hpp"
+#include "schedule/pipeline_schedule.hpp"
 
 namespace scalelab {
 
