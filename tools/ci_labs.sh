@@ -8,6 +8,8 @@
 #   4. a deliberately wrong solution of lab 00 (the reference with dbias's sign flipped in
 #      layernorm_backward) loses exactly the tests that cover layernorm_backward
 #                                                 (tools/grade.py 00 --student-dir ... --expect-lose)
+#      and one of lab 05 (one_f_one_b_order with a warm-up one forward short, p - r - 2) loses
+#      exactly the tests that cover one_f_one_b_order
 # Environment (all optional):
 #   CI_LABS_BUILD   build directory root (default build/ci-labs); reference/ and skeleton/ under it
 #   CI_LABS_CMAKE   extra cmake arguments, e.g. "-DSCALELAB_CUDA=OFF -DSCALELAB_BUILD_BENCH=OFF"
@@ -89,7 +91,7 @@ for lab in "${labs[@]}"; do
   fi
 done
 
-step "4. a wrong gradient formula loses exactly the tests that cover it"
+step "4. a wrong solution loses exactly the tests that cover it"
 if [[ " ${labs[*]} " == *" 00 "* ]]; then
   wrong=$build/wrong-layernorm
   rm -rf "$wrong"
@@ -106,6 +108,27 @@ if [[ " ${labs[*]} " == *" 00 "* ]]; then
   else
     failures+=("lab 00 wrong solution: not exactly the tests of layernorm_backward failed (see above)")
     summary+=("lab 00 wrong solution: WRONG tests failed")
+  fi
+fi
+
+if [[ " ${labs[*]} " == *" 05 "* ]]; then
+  wrong=$build/wrong-1f1b
+  rm -rf "$wrong"
+  # The whole reference solution of lab 05 as a submission, with 1F1B's warm-up one forward short:
+  # still a valid order (no deadlock, the same gradients), but one micro-batch fewer in flight.
+  (cd "$root/labs/05-pipeline" && find . -name '*.cpp' -o -name '*.hpp') | while read -r rel; do
+    mkdir -p "$wrong/$(dirname "$rel")" && cp "$root/reference/$rel" "$wrong/$rel"
+  done
+  sed -i 's/const int warmup = std::min(stages - rank - 1, micro_batches);/const int warmup = std::min(stages - rank - 2, micro_batches);/' \
+    "$wrong/dist/pipeline_schedule.cpp"
+  if ! grep -q 'std::min(stages - rank - 2, micro_batches)' "$wrong/dist/pipeline_schedule.cpp"; then
+    failures+=("the wrong solution was not made: one_f_one_b_order no longer has 'std::min(stages - rank - 1, micro_batches)'")
+  elif "$py" "$root/tools/grade.py" 05 --student-dir "$wrong" --build-dir "$build/skeleton" -j "$jobs" \
+         --results "$results/lab05-wrong-1f1b.json" --expect-lose one_f_one_b_order "${cmake_args[@]}"; then
+    summary+=("lab 05 with a 1F1B warm-up one forward short: loses exactly the tests covering one_f_one_b_order")
+  else
+    failures+=("lab 05 wrong solution: not exactly the tests of one_f_one_b_order failed (see above)")
+    summary+=("lab 05 wrong solution: WRONG tests failed")
   fi
 fi
 
