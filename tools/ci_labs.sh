@@ -8,6 +8,8 @@
 #   4. a deliberately wrong solution of lab 00 (the reference with dbias's sign flipped in
 #      layernorm_backward) loses exactly the tests that cover layernorm_backward
 #                                                 (tools/grade.py 00 --student-dir ... --expect-lose)
+#      and one of lab 05 (one_f_one_b_order with a warm-up one forward short, p - r - 2) loses
+#      exactly the tests that cover one_f_one_b_order
 # Environment (all optional):
 #   CI_LABS_BUILD   build directory root (default build/ci-labs); reference/ and skeleton/ under it
 #   CI_LABS_CMAKE   extra cmake arguments, e.g. "-DSCALELAB_CUDA=OFF -DSCALELAB_BUILD_BENCH=OFF"
@@ -89,24 +91,43 @@ for lab in "${labs[@]}"; do
   fi
 done
 
-step "4. a wrong gradient formula loses exactly the tests that cover it"
-if [[ " ${labs[*]} " == *" 00 "* ]]; then
-  wrong=$build/wrong-layernorm
+step "4. a wrong solution loses exactly the tests that cover it"
+# wrong_solution LAB LAB_DIR NAME FILE FROM TO FUNCTION WHAT: the whole reference solution of LAB
+# as a submission (every file of labs/LAB_DIR taken from reference/), with FROM replaced by TO in
+# FILE (a literal line fragment); grading it must lose exactly the tests that cover FUNCTION.
+wrong_solution() {
+  local lab=$1 lab_dir=$2 name=$3 file=$4 from=$5 to=$6 function=$7 what=$8
+  local wrong=$build/wrong-$name
   rm -rf "$wrong"
-  # The whole reference solution of lab 00 as a submission, with one sign flipped.
-  (cd "$root/labs/00-naive" && find . -name '*.cpp' -o -name '*.hpp') | while read -r rel; do
+  (cd "$root/labs/$lab_dir" && find . -name '*.cpp' -o -name '*.hpp') | while read -r rel; do
     mkdir -p "$wrong/$(dirname "$rel")" && cp "$root/reference/$rel" "$wrong/$rel"
   done
-  sed -i 's/dbias\[c\] += d\[c\];/dbias[c] -= d[c];/' "$wrong/model/layers/layernorm.cpp"
-  if ! grep -q 'dbias\[c\] -= d\[c\];' "$wrong/model/layers/layernorm.cpp"; then
-    failures+=("the wrong solution was not made: layernorm_backward no longer has 'dbias[c] += d[c];'")
-  elif "$py" "$root/tools/grade.py" 00 --student-dir "$wrong" --build-dir "$build/skeleton" -j "$jobs" \
-         --results "$results/lab00-wrong-layernorm.json" --expect-lose layernorm_backward "${cmake_args[@]}"; then
-    summary+=("lab 00 with a wrong dbias in layernorm_backward: loses exactly the tests covering it")
+  FROM=$from TO=$to "$py" - "$wrong/$file" <<'EOF_PY' || true
+import os, pathlib, sys
+p = pathlib.Path(sys.argv[1])
+p.write_text(p.read_text().replace(os.environ["FROM"], os.environ["TO"], 1))
+EOF_PY
+  if ! grep -qF -- "$to" "$wrong/$file"; then
+    failures+=("the wrong solution of lab $lab was not made: $file no longer has '$from'")
+  elif "$py" "$root/tools/grade.py" "$lab" --student-dir "$wrong" --build-dir "$build/skeleton" -j "$jobs" \
+         --results "$results/lab$lab-wrong-$name.json" --expect-lose "$function" "${cmake_args[@]}"; then
+    summary+=("lab $lab with $what: loses exactly the tests covering $function")
   else
-    failures+=("lab 00 wrong solution: not exactly the tests of layernorm_backward failed (see above)")
-    summary+=("lab 00 wrong solution: WRONG tests failed")
+    failures+=("lab $lab wrong solution ($what): not exactly the tests of $function failed (see above)")
+    summary+=("lab $lab wrong solution: WRONG tests failed")
   fi
+}
+if [[ " ${labs[*]} " == *" 00 "* ]]; then
+  # One sign flipped.
+  wrong_solution 00 00-naive layernorm model/layers/layernorm.cpp 'dbias[c] += d[c];' 'dbias[c] -= d[c];' \
+    layernorm_backward "a wrong dbias in layernorm_backward"
+fi
+if [[ " ${labs[*]} " == *" 05 "* ]]; then
+  # 1F1B's warm-up one forward short: still a valid order (no deadlock, the same gradients), but
+  # one micro-batch fewer in flight on every rank but the last.
+  wrong_solution 05 05-pipeline 1f1b dist/pipeline_schedule.cpp \
+    'std::min(stages - rank - 1, micro_batches)' 'std::min(stages - rank - 2, micro_batches)' \
+    one_f_one_b_order "a 1F1B warm-up one forward short"
 fi
 
 step "summary"

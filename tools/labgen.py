@@ -35,6 +35,7 @@ LAB_DIRS = {
     "02": "02-checkpointing",
     "03": "03-mixed-precision",
     "04": "04-data-parallel",
+    "05": "05-pipeline",
 }
 
 SOURCE_SUFFIXES = {".cpp", ".cc", ".cu"}             # swapped per lab by CMake: markers allowed

@@ -172,15 +172,23 @@ void PipelineExecutor::backward_weight(const Action& a) {
 }
 
 void PipelineExecutor::receive(const Action& a) {
+  // LAB 05 BEGIN pipeline_receive: section 3
+  // Into a fresh buffer of one micro-batch's activations (or their gradient), from the neighbour
+  // and with the tag both ends compute; the compute action that follows takes it from the inbox.
   const int grad = is_grad(a.kind) ? 1 : 0;
   Buffer<float> in(message_elements(), MemCategory::kComm, tracker_);
   pp_.recv(in.data(), in.size(), DataType::kFloat32, action_peer(shape_, rank_, a), tag_of(a));
   (grad ? stats_.grad_bytes_received : stats_.activation_bytes_received) += in.bytes();
   inbox_[{grad, a.micro_batch, a.chunk}] = std::move(in);
-  finish_sends(false);
+  finish_sends(false);  // free the copies of sends that completed meanwhile
+  // LAB 05 END
 }
 
 void PipelineExecutor::send(const Action& a) {
+  // LAB 05 BEGIN pipeline_send: section 3
+  // The compute action before this one left its output in the outbox. Send it without blocking
+  // (a blocking send could wait for a receive its neighbour posts only later) and keep the copy
+  // alive in sending_ until the send completes.
   const int grad = is_grad(a.kind) ? 1 : 0;
   const auto it = outbox_.find({grad, a.micro_batch, a.chunk});
   SCALELAB_CHECK(it != outbox_.end(), "rank ", rank_, ": ", short_name(a.kind), " of micro-batch ", a.micro_batch,
@@ -191,6 +199,7 @@ void PipelineExecutor::send(const Action& a) {
                           tag_of(a));
   (grad ? stats_.grad_bytes_sent : stats_.activation_bytes_sent) += out.data.bytes();
   sending_.push_back(std::move(out));
+  // LAB 05 END
 }
 
 // Frees the copies of sends that completed (all of them, waiting, at the end of the step).

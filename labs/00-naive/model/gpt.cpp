@@ -73,8 +73,29 @@ GPTModel<F>::GPTModel(const GPTConfig& config, MemoryTracker* tracker, const Mod
       tracker_(tracker),
       params_(layout_.num_params(), MemCategory::kParams, tracker),
       grads_(layout_.num_params(), MemCategory::kGrads, tracker),
-      w_(make_param_view(config_, slice_, params_.data())),
-      g_(make_param_view(config_, slice_, grads_.data())) {
+      param_data_(params_.data()),
+      grad_data_(grads_.data()),
+      w_(make_param_view(config_, slice_, param_data_)),
+      g_(make_param_view(config_, slice_, grad_data_)) {
+  find_offsets();
+}
+
+template <typename F>
+GPTModel<F>::GPTModel(const GPTConfig& config, MemoryTracker* tracker, const ModelSlice& slice, F* params, F* grads)
+    : config_(config),
+      slice_(resolved(config, slice)),
+      layout_(config, slice_),
+      tracker_(tracker),
+      param_data_(params),
+      grad_data_(grads),
+      w_(make_param_view(config_, slice_, param_data_)),
+      g_(make_param_view(config_, slice_, grad_data_)) {
+  SCALELAB_CHECK(params != nullptr && grads != nullptr, "a model over caller-owned storage needs both buffers");
+  find_offsets();
+}
+
+template <typename F>
+void GPTModel<F>::find_offsets() {
   for (int l = 0; l < slice_.num_layers; ++l)
     block_offsets_.push_back(
         layout_.find("transformer.h." + std::to_string(slice_.first_layer + l) + ".ln_1.weight").offset);
@@ -137,22 +158,27 @@ template void init_gpt2_weights<double>(const GPTConfig&, const ParamLayout&, do
 
 template <typename F>
 void GPTModel<F>::init_weights(std::uint64_t seed) {
-  init_gpt2_weights(config_, layout_, params_.data(), seed);
+  init_gpt2_weights(config_, layout_, param_data_, seed);
 }
 
 template <typename F>
 void GPTModel<F>::ensure_buffers(int B, int T) {
   const bool same_policy = acts_.policy.kind == policy_.kind && acts_.policy.every == policy_.every;
-  if (acts_.B == B && acts_.T == T && same_policy) return;
+  // The saved activations: reallocated when the shape or policy changed, or after they were
+  // stashed or released (stage 05).
+  if (act_buffer_.size() == 0 || acts_.B != B || acts_.T != T || !same_policy) {
+    act_buffer_ = Buffer<F>();  // free the old ones first, so the peak is not their sum
+    act_buffer_ = Buffer<F>(activation_elements(config_, B, T, policy_, slice_), MemCategory::kActivations, tracker_);
+    assign_activations(B, T);
+  }
+  if (scratch_B_ == B && scratch_T_ == T) return;
   const int C = config_.channels, V = config_.vocab_size;
   const std::size_t BT = static_cast<std::size_t>(B) * T, BTC = BT * C;
   const std::size_t BTV = slice_.head ? BT * V : 0;  // dlogits only with the head
-  act_buffer_ = Buffer<F>();                         // free the old ones first, so the peak is not their sum
   scratch_buffer_ = Buffer<F>();
-  act_buffer_ = Buffer<F>(activation_elements(config_, B, T, policy_, slice_), MemCategory::kActivations, tracker_);
-  assign_activations(B, T);
-
   scratch_buffer_ = Buffer<F>(BTC * 8 + static_cast<std::size_t>(T) * T + BTV, MemCategory::kWorkspace, tracker_);
+  scratch_B_ = B;
+  scratch_T_ = T;
   Carver<F> s(scratch_buffer_.data(), scratch_buffer_.size());
   scratch_.proj = s.take(BTC);
   scratch_.dbtc = s.take(BTC);
@@ -303,8 +329,80 @@ void GPTModel<F>::recompute_attention(int /*block*/, int slot) {
 }
 
 template <typename F>
+void GPTModel<F>::backward_input(const F* doutput, F loss_scale) {
+  SCALELAB_CHECK(acts_.B > 0, "backward_input() called before forward_slice()");
+  SCALELAB_CHECK(policy_.kind == CheckpointPolicy::Kind::kNone,
+                 "the split backward reads saved activations: it runs without checkpointing");
+  const int B = acts_.B, T = acts_.T, C = config_.channels, NH = config_.num_heads;
+  const int N = B * T;
+  tape_.reserve(static_cast<std::size_t>(num_blocks()) * block_tape_elements(B, T, C), tracker_);
+  if (slice_.head) {
+    // The head as backward() does it (its gradient is not deferred: ln_f is small, and the tied
+    // wte's head part stays in the order the other schedules give it).
+    const int V = config_.vocab_size;
+    crossentropy_backward(dlogits_, acts_.probs, targets_.data(), loss_scale / F(N), N, V);
+    matmul_backward<F>(dlnf_, g_.wte, nullptr, dlogits_, acts_.lnf, w_.wte, N, C, V);
+    std::fill(dres_, dres_ + btc(), F(0));
+    layernorm_backward(dres_, g_.lnf_w, g_.lnf_b, dlnf_, acts_.final_input, w_.lnf_w, acts_.lnf_mean, acts_.lnf_rstd,
+                       N, C);
+  } else {
+    SCALELAB_CHECK(doutput != nullptr, "slice ", slice_.describe(config_), " needs d loss / d output");
+    std::copy(doutput, doutput + btc(), dres_);
+  }
+  for (int l = num_blocks() - 1; l >= 0; --l) {
+    const F* x = l == 0 ? acts_.encoded : acts_.blocks[l - 1].residual3;
+    block_backward_input(dres_, g_.blocks[l], acts_.blocks[l], w_.blocks[l], x, scratch_, B, T, C, NH, tape_);
+  }
+  if (slice_.embeddings) encoder_backward(g_.wte, g_.wpe, dres_, tokens_.data(), B, T, C);
+}
+
+template <typename F>
+void GPTModel<F>::backward_weight() {
+  SCALELAB_CHECK(!tape_.empty() || num_blocks() == 0, "backward_weight() without a backward_input() before it");
+  tape_.apply();
+}
+
+template <typename F>
+void GPTModel<F>::stash_activations(int key) {
+  SCALELAB_CHECK(acts_.B > 0, "stash_activations(", key, ") with no forward to stash");
+  SCALELAB_CHECK(!stash_.count(key), "activations of key ", key, " are already stashed");
+  SavedForward& saved = stash_[key];
+  saved.act_buffer = std::move(act_buffer_);
+  saved.acts = acts_;
+  saved.tokens = std::move(tokens_);
+  saved.targets = std::move(targets_);
+  saved.tape = std::move(tape_);
+  acts_.B = 0;
+  tokens_.clear();
+  targets_.clear();
+  tape_ = WeightGradTape<F>();
+}
+
+template <typename F>
+void GPTModel<F>::restore_activations(int key) {
+  const auto it = stash_.find(key);
+  SCALELAB_CHECK(it != stash_.end(), "no activations stashed under key ", key);
+  release_activations();
+  act_buffer_ = std::move(it->second.act_buffer);
+  acts_ = it->second.acts;
+  tokens_ = std::move(it->second.tokens);
+  targets_ = std::move(it->second.targets);
+  tape_ = std::move(it->second.tape);
+  stash_.erase(it);
+}
+
+template <typename F>
+void GPTModel<F>::release_activations() {
+  SCALELAB_CHECK(tape_.empty(), "activations released while their weight gradients are still deferred");
+  act_buffer_ = Buffer<F>();
+  acts_.B = 0;
+  tokens_.clear();
+  targets_.clear();
+}
+
+template <typename F>
 void GPTModel<F>::zero_grad() {
-  std::fill(grads_.begin(), grads_.end(), F(0));
+  std::fill(grad_data_, grad_data_ + layout_.num_params(), F(0));
 }
 
 template class GPTModel<float>;

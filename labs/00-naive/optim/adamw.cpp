@@ -57,12 +57,16 @@ double grad_norm(const float* grads, std::size_t n) {
 
 double clip_grad_norm(float* grads, std::size_t n, double max_norm) {
   const double norm = grad_norm(grads, n);
+  clip_to_norm(grads, n, norm, max_norm);
+  return norm;
+}
+
+void clip_to_norm(float* grads, std::size_t n, double norm, double max_norm) {
   const double coef = max_norm / (norm + 1e-6);
   if (coef < 1.0) {
     const float c = static_cast<float>(coef);
     for (std::size_t i = 0; i < n; ++i) grads[i] *= c;
   }
-  return norm;
 }
 
 }  // namespace scalelab
