@@ -154,7 +154,8 @@ TEST_CASE("every (micro-batch, chunk) runs forward once, then backward once (zb-
   }
 }
 
-TEST_CASE("forwards before the first backward: the warm-up, plus the steady state's first forward", "[pipeline]") {
+TEST_CASE("forwards before the first backward: the warm-up, plus the steady state's first forward",
+          "[pipeline][graded][pipeline_warmup]") {
   // warmup_forwards counts the forwards before the first backward: the warm-up phase w and, where
   // a steady state follows (w < the number of forwards), its first forward too.
   for (const PipelineShape& s : all_shapes())
@@ -179,7 +180,7 @@ TEST_CASE("forwards before the first backward: the warm-up, plus the steady stat
     }
 }
 
-TEST_CASE("peak micro-batches in flight equal the formulas on every rank", "[pipeline]") {
+TEST_CASE("peak micro-batches in flight equal the formulas on every rank", "[pipeline][graded][pipeline_in_flight]") {
   for (const PipelineShape& s : all_shapes())
     for (int r = 0; r < s.stages; ++r) {
       const RankSchedule list = compute_order(s, r);
@@ -249,7 +250,7 @@ TEST_CASE("every send has its receive, in the same order, on the neighbouring mo
   }
 }
 
-TEST_CASE("the simulation completes and its bubble is the formula's, exactly", "[pipeline]") {
+TEST_CASE("the simulation completes and its bubble is the formula's, exactly", "[pipeline][graded][pipeline_bubble]") {
   // Bubble = idle / (p * makespan), the (p - 1) / (m + p - 1) convention. With equal costs on
   // every stage afab and 1f1b take (m + p - 1)(F + B + W) for any m (for m < p too: the single
   // micro-batch chain of p forwards and p backwards, then one more F + B + W per further

@@ -343,8 +343,8 @@ void GPTModel<F>::backward_input(const F* doutput, F loss_scale) {
     crossentropy_backward(dlogits_, acts_.probs, targets_.data(), loss_scale / F(N), N, V);
     matmul_backward<F>(dlnf_, g_.wte, nullptr, dlogits_, acts_.lnf, w_.wte, N, C, V);
     std::fill(dres_, dres_ + btc(), F(0));
-    layernorm_backward(dres_, g_.lnf_w, g_.lnf_b, dlnf_, acts_.final_input, w_.lnf_w, acts_.lnf_mean, acts_.lnf_rstd,
-                       N, C);
+    layernorm_backward(dres_, g_.lnf_w, g_.lnf_b, dlnf_, acts_.final_input, w_.lnf_w, acts_.lnf_mean, acts_.lnf_rstd, N,
+                       C);
   } else {
     SCALELAB_CHECK(doutput != nullptr, "slice ", slice_.describe(config_), " needs d loss / d output");
     std::copy(doutput, doutput + btc(), dres_);

@@ -147,8 +147,8 @@ void PipelineExecutor::backward(const Action& a, bool input_only) {
   Buffer<float> dout;
   if (has_next(a.chunk)) {
     const auto it = inbox_.find({1, a.micro_batch, a.chunk});
-    SCALELAB_CHECK(it != inbox_.end(), "rank ", rank_, ": backward of micro-batch ", a.micro_batch, " chunk ",
-                   a.chunk, " before its gradient was received (a schedule without the receive)");
+    SCALELAB_CHECK(it != inbox_.end(), "rank ", rank_, ": backward of micro-batch ", a.micro_batch, " chunk ", a.chunk,
+                   " before its gradient was received (a schedule without the receive)");
     dout = std::move(it->second);
     inbox_.erase(it);
   }
