@@ -166,6 +166,16 @@ void PipelineStrategy::measure_bubble() {
   bubble_.costs.transfer = 0;
   bubble_.scheduled = simulate_pipeline(shape_, build_schedules(shape_), bubble_.costs).bubble_fraction;
   bubble_.formula = bubble_fraction_formula(shape_, bubble_.costs);
+  // Each rank's activation memory: the micro-batches it held at once, and the tracker's peak.
+  std::vector<double> memory(2 * p);
+  double* own_memory = memory.data() + 2 * grid_->coord().pp;
+  own_memory[0] = executor_->stats().peak_in_flight;
+  own_memory[1] = tracker_ ? static_cast<double>(tracker_->peak(MemCategory::kActivations)) : 0.0;
+  grid_->pp().all_gather(own_memory, memory.data(), memory.size(), DataType::kFloat64);
+  for (int r = 0; r < p; ++r) {
+    bubble_.peak_in_flight.push_back(memory[2 * r]);
+    bubble_.activation_peak_bytes.push_back(memory[2 * r + 1]);
+  }
 }
 
 std::string PipelineStrategy::report() const {
@@ -179,10 +189,18 @@ std::string PipelineStrategy::report() const {
   char line[512];
   std::snprintf(line, sizeof line,
                 "pipeline bubble of the last step (idle share of the %d ranks' time): measured %.3f on the ranks' "
-                "timeline; %.3f for %s run on paper with the measured costs (%s); formula %s = %.3f",
+                "timeline; %.3f for %s run on paper with the measured costs (%s); formula %s = %.3f\n"
+                "activations per pipeline rank, peak: ",
                 shape_.stages, bubble_.measured, bubble_.scheduled, schedule_name(shape_).c_str(), costs,
                 bubble_formula_text(shape_).c_str(), bubble_.formula);
-  return line;
+  std::string out = line;
+  for (std::size_t r = 0; r < bubble_.peak_in_flight.size(); ++r) {
+    std::snprintf(line, sizeof line, "%srank %zu %.2f MiB (%d micro-batches in flight, formula %d)", r ? "; " : "", r,
+                  bubble_.activation_peak_bytes[r] / 1048576.0, static_cast<int>(bubble_.peak_in_flight[r]),
+                  peak_in_flight_formula(shape_, static_cast<int>(r)));
+    out += line;
+  }
+  return out;
 }
 
 double PipelineStrategy::from_last_stage(double value) {

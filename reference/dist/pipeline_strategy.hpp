@@ -11,6 +11,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.hpp"
 #include "comm/grid.hpp"
@@ -26,10 +27,12 @@ namespace scalelab {
 // The bubble of the last step three ways: measured on the timeline of every rank's compute
 // actions; the schedule simulated (schedule/pipeline_sim.hpp) with the step's measured median cost
 // of each action kind; and the textbook formula with those costs. All as a fraction of the total
-// time, idle / (p * makespan).
+// time, idle / (p * makespan). And each pipeline rank's activation memory.
 struct PipelineBubble {
   double measured = 0, scheduled = 0, formula = 0;
-  ActionCosts costs;  // medians over all ranks, seconds (transfer 0)
+  ActionCosts costs;                          // medians over all ranks, seconds (transfer 0)
+  std::vector<double> peak_in_flight;         // per pipeline rank, in the last step
+  std::vector<double> activation_peak_bytes;  // per pipeline rank, the run's peak so far
 };
 
 class PipelineStrategy final : public ParallelStrategy {

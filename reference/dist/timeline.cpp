@@ -66,7 +66,8 @@ void write_merged_chrome_trace(Communicator& comm, const Timeline& timeline, con
     comm.recv(&size, 1, DataType::kInt64, r);
     std::string text(static_cast<std::size_t>(size), '\0');
     comm.recv(text.data(), text.size(), DataType::kUInt8, r);
-    for (auto& e : nlohmann::json::parse(text)["traceEvents"]) merged["traceEvents"].push_back(std::move(e));
+    nlohmann::json theirs = nlohmann::json::parse(text);  // a named value: the loop below iterates into it
+    for (auto& e : theirs["traceEvents"]) merged["traceEvents"].push_back(std::move(e));
   }
   write_file_atomically(path, merged.dump());
   comm.barrier();

@@ -20,6 +20,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "batch.hpp"
 #include "compare.hpp"
@@ -229,6 +233,34 @@ TEST_CASE("the bubble report: the ranks' timeline, the schedule on paper and the
     world.broadcast(root, 3, 0);
     CHECK(std::equal(mine, mine + 3, root));
     CHECK(h.strategy->report().find("formula") != std::string::npos);
+  }
+}
+
+TEST_CASE("one Chrome trace holds every rank's timeline, each rank its own track", "[pipeline_trace]") {
+  Communicator& world = test_world();
+  const int p = world.size();
+  if (p < 2) return;
+  const int m = 2, B = kRows * m;
+  const Batch batch = random_batch(kShape.V, B, kShape.T, 17);
+  PipelineHarness h(world, config(), p, m, "1f1b", B, kShape.T, kSeed);
+  h.forward_backward(batch.tokens, batch.targets);
+  const std::string path = std::filesystem::temp_directory_path() / "scalelab_pipeline_trace.json";
+  const Timeline& mine = *h.strategy->timeline();
+  write_merged_chrome_trace(world, mine, path);
+  // Rank 0 checks the file against every rank's own count of events.
+  std::vector<double> counts(p);
+  double own = static_cast<double>(mine.events().size());
+  world.all_gather(&own, counts.data(), p, DataType::kFloat64);
+  if (world.rank() != 0) return;
+  std::ifstream in(path);
+  const nlohmann::json trace = nlohmann::json::parse(in);
+  std::vector<double> seen(p, 0.0);
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "X") seen.at(e["pid"].get<int>()) += 1;
+  for (int r = 0; r < p; ++r) {
+    INFO("rank " << r << ": " << seen[r] << " events in the file, " << counts[r] << " in its timeline");
+    CHECK(seen[r] == counts[r]);
+    CHECK(seen[r] > 0);
   }
 }
 
