@@ -125,7 +125,7 @@ fi
 if [[ " ${labs[*]} " == *" 05 "* ]]; then
   # 1F1B's warm-up one forward short: still a valid order (no deadlock, the same gradients), but
   # one micro-batch fewer in flight on every rank but the last.
-  wrong_solution 05 05-pipeline 1f1b dist/pipeline_schedule.cpp \
+  wrong_solution 05 05-pipeline 1f1b schedule/pipeline_schedule.cpp \
     'std::min(stages - rank - 1, micro_batches)' 'std::min(stages - rank - 2, micro_batches)' \
     one_f_one_b_order "a 1F1B warm-up one forward short"
 fi

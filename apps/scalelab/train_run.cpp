@@ -102,7 +102,7 @@ RunSummary run_training(const TrainOptions& options, const RunOutput& out, Commu
       std::printf(" | %7.0f tok/s | %6.1f GFLOP/s | %6.0f ms | peak %.1f MiB", s.tokens_per_s,
                   s.tokens_per_s * trainer.flops_per_token() / 1e9, s.seconds * 1e3, tracker.peak_total() / 1048576.0);
       if (parallel)
-        std::printf(" | all-reduce %.1f MB, %.0f ms, %.0f%% hidden", s.comm_bytes_sent / 1e6, s.comm_seconds * 1e3,
+        std::printf(" | sent %.1f MB, comm %.0f ms, %.0f%% hidden", s.comm_bytes_sent / 1e6, s.comm_seconds * 1e3,
                     100 * s.comm_hidden_fraction);
       std::printf("%s\n", s.skipped ? " | skipped (inf/NaN), scale lowered" : "");
       std::fflush(stdout);

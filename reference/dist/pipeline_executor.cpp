@@ -109,28 +109,30 @@ double PipelineExecutor::run(const RankSchedule& schedule, const int* inputs, co
   return model_.holds_head() ? loss_sum_ / m : 0.0;
 }
 
+Buffer<float> PipelineExecutor::take_received(int grad, const Action& a) {
+  const auto it = inbox_.find({grad, a.micro_batch, a.chunk});
+  SCALELAB_CHECK(it != inbox_.end(), "rank ", rank_, ": ", describe_action(a), " before its ",
+                 grad ? "gradient" : "activations", " were received (a schedule without the receive)");
+  Buffer<float> b = std::move(it->second);
+  inbox_.erase(it);
+  return b;
+}
+
+void PipelineExecutor::keep_for_sending(int grad, const Action& a, const float* data) {
+  Buffer<float> out(message_elements(), MemCategory::kComm, tracker_);
+  std::copy(data, data + out.size(), out.data());
+  outbox_[{grad, a.micro_batch, a.chunk}] = std::move(out);
+}
+
 void PipelineExecutor::forward(const Action& a) {
   GPT& chunk = model_.chunk(a.chunk);
   const std::size_t offset = static_cast<std::size_t>(a.micro_batch) * micro_ * T_;
   const int* tokens = chunk.slice().embeddings ? inputs_ + offset : nullptr;
   const int* targets = chunk.slice().head ? targets_ + offset : nullptr;
-  const float* input = nullptr;
-  Buffer<float> received;
-  if (has_previous(a.chunk)) {
-    const auto it = inbox_.find({0, a.micro_batch, a.chunk});
-    SCALELAB_CHECK(it != inbox_.end(), "rank ", rank_, ": forward of micro-batch ", a.micro_batch, " chunk ", a.chunk,
-                   " before its activations were received (a schedule without the receive)");
-    received = std::move(it->second);
-    inbox_.erase(it);
-    input = received.data();
-  }
-  const float loss = chunk.forward_slice(tokens, input, targets, micro_, T_);
+  const Buffer<float> input = has_previous(a.chunk) ? take_received(0, a) : Buffer<float>();
+  const float loss = chunk.forward_slice(tokens, input.data(), targets, micro_, T_);
   if (chunk.slice().head) loss_sum_ += loss;
-  if (has_next(a.chunk)) {
-    Buffer<float> out(message_elements(), MemCategory::kComm, tracker_);
-    std::copy(chunk.output(), chunk.output() + out.size(), out.data());
-    outbox_[{0, a.micro_batch, a.chunk}] = std::move(out);
-  }
+  if (has_next(a.chunk)) keep_for_sending(0, a, chunk.output());
   chunk.stash_activations(a.micro_batch);
   stats_.peak_in_flight = std::max(stats_.peak_in_flight, static_cast<int>(model_.stashed_count()));
 }
@@ -138,14 +140,7 @@ void PipelineExecutor::forward(const Action& a) {
 void PipelineExecutor::backward(const Action& a, bool input_only) {
   GPT& chunk = model_.chunk(a.chunk);
   chunk.restore_activations(a.micro_batch);
-  Buffer<float> dout;
-  if (has_next(a.chunk)) {
-    const auto it = inbox_.find({1, a.micro_batch, a.chunk});
-    SCALELAB_CHECK(it != inbox_.end(), "rank ", rank_, ": backward of micro-batch ", a.micro_batch, " chunk ", a.chunk,
-                   " before its gradient was received (a schedule without the receive)");
-    dout = std::move(it->second);
-    inbox_.erase(it);
-  }
+  const Buffer<float> dout = has_next(a.chunk) ? take_received(1, a) : Buffer<float>();
   // Each micro-batch's loss is a mean over its own rows: 1/m makes the sum over the m
   // micro-batches the gradient of the whole batch's mean (as stage 01's accumulation).
   const float scale = static_cast<float>(loss_scale_ / shape_.micro_batches);
@@ -153,11 +148,7 @@ void PipelineExecutor::backward(const Action& a, bool input_only) {
     chunk.backward_input(dout.data(), scale);
   else
     chunk.backward_slice(dout.data(), scale);
-  if (has_previous(a.chunk)) {
-    Buffer<float> out(message_elements(), MemCategory::kComm, tracker_);
-    std::copy(chunk.input_grad(), chunk.input_grad() + out.size(), out.data());
-    outbox_[{1, a.micro_batch, a.chunk}] = std::move(out);
-  }
+  if (has_previous(a.chunk)) keep_for_sending(1, a, chunk.input_grad());
   if (input_only)
     chunk.stash_activations(a.micro_batch);  // W still reads them
   else

@@ -70,6 +70,10 @@ class PipelineExecutor {
   void forward(const Action& a);
   void backward(const Action& a, bool input_only);
   void backward_weight(const Action& a);
+  // The message a receive filed for this compute action (grad: 0 activations, 1 gradient).
+  Buffer<float> take_received(int grad, const Action& a);
+  // A copy of what this compute action produced, for the send that follows it.
+  void keep_for_sending(int grad, const Action& a, const float* data);
   void receive(const Action& a);
   void send(const Action& a);
   void finish_sends(bool all);

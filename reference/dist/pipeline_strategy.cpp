@@ -32,7 +32,7 @@ void refuse_unsupported(const TrainOptions& o) {
   require(o.resume.empty() && o.save_checkpoint.empty(), "checkpoint",
           pp + ": a pipeline run cannot write or resume a training checkpoint yet (each rank holds part of the "
                "model and its optimizer state)",
-          "drop --save-checkpoint/--resume; --save-weights writes the whole model, and --init starts from it");
+          "drop --save-state/--resume; --save writes the whole model, and --init starts from it");
   require(o.parallel.schedule != "zb-h1" || o.checkpoint.kind == CheckpointPolicy::Kind::kNone, "checkpoint",
           "--schedule zb-h1 defers weight gradients that read the saved activations, and --checkpoint " +
               o.checkpoint.describe() + " recomputes them",
