@@ -135,9 +135,10 @@ std::vector<HeldTensor> held_tensors(const ParamLayout& layout, const float* par
   return held;
 }
 
-void gather_and_save_weights(Communicator& comm, const std::string& path, const GPTConfig& config,
-                             const std::vector<HeldTensor>& held) {
+std::vector<float> gather_whole_model(Communicator& comm, const GPTConfig& config, const std::vector<HeldTensor>& held,
+                                      const std::string& what, const std::function<void(const float*)>& use) {
   std::string verdict;
+  std::vector<float> whole;
   if (comm.rank() != 0) {
     send_held(comm, held);
   } else {
@@ -154,11 +155,12 @@ void gather_and_save_weights(Communicator& comm, const std::string& path, const 
     }
     if (verdict.empty()) verdict = assembly.missing();
     if (!verdict.empty()) {
-      verdict = "weights '" + path + "': " + verdict +
+      verdict = what + ": " + verdict +
                 "; every tensor of the config must be held by some rank (check the slices and shards passed in)";
     } else {
       try {
-        save_weights(path, config, assembly.values());
+        if (use) use(assembly.values());
+        whole.assign(assembly.values(), assembly.values() + ParamLayout(config).num_params());
       } catch (const std::exception& e) {
         verdict = e.what();
       }
@@ -166,6 +168,13 @@ void gather_and_save_weights(Communicator& comm, const std::string& path, const 
   }
   verdict = broadcast_verdict(comm, verdict);
   if (!verdict.empty()) throw ConfigError(verdict);
+  return whole;
+}
+
+void gather_and_save_weights(Communicator& comm, const std::string& path, const GPTConfig& config,
+                             const std::vector<HeldTensor>& held) {
+  gather_whole_model(comm, config, held, "weights '" + path + "'",
+                     [&](const float* values) { save_weights(path, config, values); });
 }
 
 }  // namespace scalelab

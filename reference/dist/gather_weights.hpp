@@ -5,6 +5,7 @@
 // whole model on one rank would write, so PyTorch and `scalelab` read it unchanged.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -31,5 +32,10 @@ std::vector<HeldTensor> held_tensors(const ParamLayout& layout, const float* par
 // or some tensor is not fully covered, every rank throws the same ConfigError.
 void gather_and_save_weights(Communicator& comm, const std::string& path, const GPTConfig& config,
                              const std::vector<HeldTensor>& held);
+// The same assembly for any per-parameter array (the optimizer's m and v too): rank 0 gets the
+// whole model's values in ParamLayout(config) order, after `use` (may be empty) ran on them; the
+// other ranks get an empty vector. `what` names the array in the error every rank throws.
+std::vector<float> gather_whole_model(Communicator& comm, const GPTConfig& config, const std::vector<HeldTensor>& held,
+                                      const std::string& what, const std::function<void(const float*)>& use = {});
 
 }  // namespace scalelab

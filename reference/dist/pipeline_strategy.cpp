@@ -10,6 +10,7 @@
 #include "core/stats.hpp"
 #include "dist/ddp.hpp"
 #include "dist/gather_weights.hpp"
+#include "io/checkpoint.hpp"
 #include "train/fp32_model.hpp"
 
 namespace scalelab {
@@ -29,10 +30,6 @@ void refuse_unsupported(const TrainOptions& o) {
   require(o.device == "cpu", "device",
           pp + ": pipeline stages run on the CPU in this build, and --device " + o.device + " was asked for",
           "use --device cpu with --pp");
-  require(o.resume.empty() && o.save_checkpoint.empty(), "checkpoint",
-          pp + ": a pipeline run cannot write or resume a training checkpoint yet (each rank holds part of the "
-               "model and its optimizer state)",
-          "drop --save-state/--resume; --save writes the whole model, and --init starts from it");
   require(o.parallel.schedule != "zb-h1" || o.checkpoint.kind == CheckpointPolicy::Kind::kNone, "checkpoint",
           "--schedule zb-h1 defers weight gradients that read the saved activations, and --checkpoint " +
               o.checkpoint.describe() + " recomputes them",
@@ -238,6 +235,27 @@ TrainModel::StepOutcome PipelineStrategy::optimizer_step(TrainModel& /*model*/, 
 
 double PipelineStrategy::evaluate(TrainModel& /*model*/, const int* inputs, const int* targets, int rows, int T) {
   return from_last_stage(executor_->evaluate(inputs, targets, rows, T));
+}
+
+void PipelineStrategy::save_checkpoint(const TrainCheckpoint& mine, const std::string& path) const {
+  // Replica 0's pipeline ranks assemble params, m and v of the whole model by name on its first
+  // stage, which writes one checkpoint any layout can resume from (held_part). The step, the data
+  // position and the schedule are the same on every rank.
+  if (grid_->coord().dp == 0) {
+    Communicator& pp = grid_->pp();
+    const ParamLayout& layout = stage_->layout();
+    TrainCheckpoint whole = mine;
+    whole.params = gather_whole_model(pp, mine.config, held_tensors(layout, mine.params.data()),
+                                      "checkpoint '" + path + "' (parameters)");
+    whole.adam_m = gather_whole_model(pp, mine.config, held_tensors(layout, mine.adam_m.data()),
+                                      "checkpoint '" + path + "' (AdamW m)");
+    gather_whole_model(pp, mine.config, held_tensors(layout, mine.adam_v.data()), "checkpoint '" + path + "'",
+                       [&](const float* v) {
+                         whole.adam_v.assign(v, v + whole.params.size());
+                         scalelab::save_checkpoint(path, whole);
+                       });
+  }
+  world_.barrier();  // the file is complete when any rank returns
 }
 
 void PipelineStrategy::save_weights(const TrainModel& model, const std::string& path) const {

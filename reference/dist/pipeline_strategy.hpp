@@ -39,7 +39,7 @@ class PipelineStrategy final : public ParallelStrategy {
  public:
   // Collective over world: makes the [pp][dp] grid. Throws ConfigError (the same on every rank)
   // for settings a pipeline does not support: a precision other than fp32, a device other than
-  // the CPU, checkpoints, tensor parallelism.
+  // the CPU, tensor parallelism.
   PipelineStrategy(Communicator& world, const TrainOptions& options);
   ~PipelineStrategy() override;
 
@@ -57,8 +57,10 @@ class PipelineStrategy final : public ParallelStrategy {
   double evaluate(TrainModel& model, const int* inputs, const int* targets, int rows, int T) override;
   StepCommReport step_report() const override { return report_; }
   const Timeline* timeline() const override { return &timeline_; }
-  // The pipeline ranks of data-parallel replica 0 gather the whole model into one file.
+  // The pipeline ranks of data-parallel replica 0 gather the whole model into one file: the
+  // weights, or the training state (which a run with any layout resumes from).
   void save_weights(const TrainModel& model, const std::string& path) const override;
+  void save_checkpoint(const TrainCheckpoint& checkpoint, const std::string& path) const override;
 
   const PipelineShape& shape() const { return shape_; }
   ProcessGrid& grid() { return *grid_; }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/config.hpp"
+#include "model/params.hpp"
 #include "optim/lr_schedule.hpp"
 
 namespace scalelab {
@@ -32,5 +33,9 @@ void save_checkpoint(const std::string& path, const TrainCheckpoint& ckpt);
 // Strict load; when `expected` is given its shape must match the checkpoint's, else ConfigError
 // names the differing field ("checkpoint 'x' was saved for config mini (C=256) but ...").
 TrainCheckpoint load_checkpoint(const std::string& path, const GPTConfig* expected = nullptr);
+// The part of a whole-model checkpoint that a rank holding the tensors of `held` needs (a
+// pipeline stage, stage 05): params, m and v of those tensors by name, in held's order; the
+// rest unchanged. A checkpoint already laid out like `held` comes back as it is.
+TrainCheckpoint held_part(const TrainCheckpoint& whole, const ParamLayout& held);
 
 }  // namespace scalelab

@@ -143,7 +143,8 @@ TrainCheckpoint Trainer::checkpoint() const {
   return c;
 }
 
-void Trainer::restore(const TrainCheckpoint& c) {
+void Trainer::restore(const TrainCheckpoint& whole) {
+  const TrainCheckpoint c = held_part(whole, model_->layout());  // a pipeline stage's tensors, by name
   const std::size_t n = model_->num_params();
   SCALELAB_CHECK(c.params.size() == n && c.adam_m.size() == n && c.adam_v.size() == n, "checkpoint sizes");
   model_->set_master_params(c.params.data());

@@ -28,12 +28,14 @@
 #include "batch.hpp"
 #include "compare.hpp"
 #include "core/error.hpp"
+#include "ddp_fixtures.hpp"
 #include "dist/ddp.hpp"
 #include "parallel/strategy_factory.hpp"
 #include "pipeline_harness.hpp"
 #include "prior_stage.hpp"
 #include "train/accumulate.hpp"
 #include "train/fp32_model.hpp"
+#include "train/trainer.hpp"
 #include "world.hpp"
 
 using namespace scalelab;
@@ -261,6 +263,40 @@ TEST_CASE("one Chrome trace holds every rank's timeline, each rank its own track
     INFO("rank " << r << ": " << seen[r] << " events in the file, " << counts[r] << " in its timeline");
     CHECK(seen[r] == counts[r]);
     CHECK(seen[r] > 0);
+  }
+}
+
+TEST_CASE("a pipeline run saved after 2 steps and resumed for 2 equals 4 steps, bit for bit", "[pipeline_resume]") {
+  Communicator& world = test_world();
+  const int p = world.size();
+  if (p < 2) return;
+  TrainOptions o;
+  o.config = "tiny";
+  o.shape.num_layers = 4;
+  o.batch = 8;
+  o.steps = 4;
+  o.seed = kSeed;
+  o.data = tiny_token_shard(world, "scalelab_pipeline_resume.bin");
+  o.parallel.pp = p;
+  o.parallel.micro_batches = 2;
+  const std::string state = std::filesystem::temp_directory_path() / "scalelab_pipeline_resume.state";
+  for (const std::string schedule : {"1f1b", "zb-h1"}) {
+    INFO(where(world) << ", " << schedule);
+    o.parallel.schedule = schedule;
+    MemoryTracker t1, t2, t3;
+    Trainer straight(o, &t1, {}, make_strategy_factory(&world));
+    for (int i = 0; i < 4; ++i) straight.step();
+    Trainer first(o, &t2, {}, make_strategy_factory(&world));
+    for (int i = 0; i < 2; ++i) first.step();
+    first.save_checkpoint(state);
+    TrainOptions again = o;
+    again.resume = state;
+    Trainer second(again, &t3, {}, make_strategy_factory(&world));
+    for (int i = 0; i < 2; ++i) second.step();
+    const std::size_t n = straight.model().num_params();
+    REQUIRE(second.model().num_params() == n);
+    CHECK_MATCH(compare_bitwise("this stage's parameters, resumed vs straight", second.model().master_params(),
+                                straight.model().master_params(), n));
   }
 }
 
