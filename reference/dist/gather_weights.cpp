@@ -74,7 +74,7 @@ class Assembly {
           return "no rank holds element " + std::to_string(i) + " of tensor " + t.name + " " + shape_text(t.shape);
     return {};
   }
-  const float* values() const { return values_.data(); }
+  const std::vector<float>& values() const { return values_; }
 
  private:
   ParamLayout layout_;
@@ -159,8 +159,8 @@ std::vector<float> gather_whole_model(Communicator& comm, const GPTConfig& confi
                 "; every tensor of the config must be held by some rank (check the slices and shards passed in)";
     } else {
       try {
-        if (use) use(assembly.values());
-        whole.assign(assembly.values(), assembly.values() + ParamLayout(config).num_params());
+        if (use) use(assembly.values().data());
+        whole = assembly.values();
       } catch (const std::exception& e) {
         verdict = e.what();
       }

@@ -52,27 +52,23 @@ std::size_t PipelineStageModel::wte_numel() const {
   return static_cast<std::size_t>(config_.vocab_size) * config_.channels;
 }
 
-std::size_t PipelineStageModel::head_wte_offset() const {
-  SCALELAB_CHECK(holds_head(), "this pipeline rank does not hold the head");
-  // The head chunk is the last; its wte is its first tensor.
-  return num_params() - chunks_.back()->num_params() + chunks_.back()->layout().find("transformer.wte.weight").offset;
-}
-
-float* PipelineStageModel::head_wte_grads() { return holds_head() ? grads_.data() + head_wte_offset() : nullptr; }
-
 std::size_t PipelineStageModel::stashed_count() const {
   std::size_t n = 0;
   for (const auto& c : chunks_) n += c->stashed_count();
   return n;
 }
 
-double PipelineStageModel::forward(const int*, const int*, int, int) {
+namespace {
+[[noreturn]] void refuse_alone() {
   throw ConfigError(
       "pipeline: a pipeline stage holds only some blocks and runs through the pipeline executor; "
       "train it with scalelab train --pp P under mpirun");
 }
+}  // namespace
 
-void PipelineStageModel::backward(double) { forward(nullptr, nullptr, 0, 0); }
+double PipelineStageModel::forward(const int*, const int*, int, int) { refuse_alone(); }
+
+void PipelineStageModel::backward(double) { refuse_alone(); }
 
 void PipelineStageModel::zero_grad() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
 

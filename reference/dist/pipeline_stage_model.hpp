@@ -35,9 +35,10 @@ class PipelineStageModel final : public TrainModel {
   // its own copy of the tied wte).
   bool holds_embeddings() const { return chunks_.front()->slice().embeddings; }
   bool holds_head() const { return chunks_.back()->slice().head; }
-  // The head chunk's copy of wte (V*C values) in params and grads; null without the head.
-  float* head_wte_grads();
-  std::size_t head_wte_offset() const;
+  // Where this rank's copy of the tied wte (V*C values) starts in the flat buffers: model stage
+  // 0's embedding or the last model stage's LM head (with p >= 2 a rank holds at most one, the
+  // layouts' names being unique). Throws ConfigError on a rank that holds neither.
+  std::size_t wte_offset() const { return layout_.find("transformer.wte.weight").offset; }
   std::size_t wte_numel() const;
   // Activations stashed over every chunk (micro-batches in flight).
   std::size_t stashed_count() const;

@@ -40,7 +40,6 @@ void refuse_unsupported(const TrainOptions& o) {
 
 PipelineStrategy::PipelineStrategy(Communicator& world, const TrainOptions& o)
     : world_(world), shape_(parse_pipeline_schedule(o.parallel.schedule, o.parallel.pp, o.micro_batches())) {
-  shape_.validate();
   refuse_unsupported(o);
   grid_ = std::make_unique<ProcessGrid>(world, GridShape{o.parallel.pp, o.data_parallel_size(world.size()), 1});
   schedule_ = build_schedule(shape_, grid_->coord().pp);
@@ -104,9 +103,7 @@ void PipelineStrategy::sync_gradients(TrainModel& /*model*/) {
   //    stay bitwise equal.
   if (p > 1 && (stage_->holds_embeddings() || stage_->holds_head())) {
     const std::size_t n = stage_->wte_numel();
-    float* mine = stage_->holds_embeddings()
-                      ? stage_->fp32_grads() + stage_->chunk(0).layout().find("transformer.wte.weight").offset
-                      : stage_->head_wte_grads();
+    float* mine = stage_->fp32_grads() + stage_->wte_offset();
     const int peer = stage_->holds_embeddings() ? p - 1 : 0;
     std::vector<float> theirs(n);
     Request r = pp.isend(mine, n, DataType::kFloat32, peer, 0);
@@ -118,7 +115,7 @@ void PipelineStrategy::sync_gradients(TrainModel& /*model*/) {
   if (grid_->shape().dp > 1) grid_->dp().all_reduce(stage_->fp32_grads(), stage_->num_params(), ReduceOp::kSum);
 
   report_ = {};
-  for (CommOp op : {CommOp::kSend}) report_.bytes_sent += pp.stats()[op].bytes_sent - pp_before_[op].bytes_sent;
+  report_.bytes_sent += pp.stats()[CommOp::kSend].bytes_sent - pp_before_[CommOp::kSend].bytes_sent;
   report_.bytes_sent += grid_->dp().stats()[CommOp::kAllReduce].bytes_sent - dp_before_[CommOp::kAllReduce].bytes_sent;
   report_.comm_seconds = comm_busy_us(timeline_.events()) * 1e-6;
   report_.hidden_fraction = hidden_fraction(timeline_.events());
@@ -220,7 +217,7 @@ TrainModel::StepOutcome PipelineStrategy::optimizer_step(TrainModel& /*model*/, 
   // The norm of the whole model's gradient: each rank's sum of squares (the head's copy of wte
   // left out, it equals model stage 0's), summed over the pipeline group.
   const bool skip_copy = shape_.stages > 1 && stage_->holds_head();
-  const std::size_t copy_begin = skip_copy ? stage_->head_wte_offset() : 0;
+  const std::size_t copy_begin = skip_copy ? stage_->wte_offset() : 0;
   const std::size_t copy_end = skip_copy ? copy_begin + stage_->wte_numel() : 0;
   const GradNormFn norm_of = [&](const float* g, std::size_t n) {
     double s = 0;

@@ -56,11 +56,11 @@ void validate_layout(const TrainOptions& o, const GPTConfig& c) {
           "--micro-batches " + str(p.micro_batches) + " and --grad-accum " + str(o.grad_accum) +
               " both set the micro-batches of a step",
           "give only one of them");
-  // The schedule's own rules (its name; interleaved:V's V and its m) are the schedule's to check.
+  // The schedule's own rules (its name; interleaved:V's V and its m) are the schedule's to check:
+  // parse_pipeline_schedule validates the shape it returns.
   const PipelineShape shape = parse_pipeline_schedule(p.schedule, p.pp, o.micro_batches());
   require(p.pp > 1 || p.schedule == "1f1b", "schedule", "--schedule " + p.schedule + " needs a pipeline",
           "add --pp P with P >= 2, or drop --schedule");
-  if (p.pp > 1) shape.validate();
   require(shape.model_stages() <= c.num_layers, "pp",
           "--pp " + str(p.pp) + " x " + str(shape.chunks) + " model chunks per rank need at least " +
               str(shape.model_stages()) + " layers, and the model has " + str(c.num_layers),

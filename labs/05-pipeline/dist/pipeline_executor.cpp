@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "schedule/pipeline_sim.hpp"
 
 namespace scalelab {
 
@@ -98,14 +99,13 @@ double PipelineExecutor::run(const RankSchedule& schedule, const int* inputs, co
       case ActionKind::kSendGrad: send(a); break;
     }
     const double end = clock_seconds();
-    const bool compute = a.kind == ActionKind::kForward || a.kind == ActionKind::kBackward ||
-                         a.kind == ActionKind::kBackwardInput || a.kind == ActionKind::kBackwardWeight;
+    const bool compute = is_compute(a.kind);
     if (compute) stats_.actions.push_back({a, start, end});
     if (timeline_ && a.kind != ActionKind::kSendActivation && a.kind != ActionKind::kSendGrad) {
-      const double origin = clock_seconds() - timeline_->now_us() * 1e-6;
+      const double origin_us = timeline_->origin_clock_us();  // the same steady clock as start and end
       timeline_->add(std::string(short_name(a.kind)) + " mb" + std::to_string(a.micro_batch) +
                          (shape_.chunks > 1 ? " c" + std::to_string(a.chunk) : ""),
-                     compute ? "compute" : "comm", compute ? 0 : 1, (start - origin) * 1e6, (end - origin) * 1e6);
+                     compute ? "compute" : "comm", compute ? 0 : 1, start * 1e6 - origin_us, end * 1e6 - origin_us);
     }
   }
   finish_sends(true);
