@@ -6,8 +6,11 @@
 #   scalelab_add_test_binary(<target> SOURCES ... [LIBS ...])
 #   scalelab_register_graded_tests(<directory>)   (once, after all binaries)
 
+# catch_main.cpp writes the signed verdict that tools/grade.py trusts (graded_results.hpp); a
+# custom main() must run Catch2 through scalelab_test::run_catch_session too, or grading fails.
 add_library(scalelab_catch_main OBJECT ${PROJECT_SOURCE_DIR}/tests/support/catch_main.cpp)
 target_link_libraries(scalelab_catch_main PUBLIC Catch2::Catch2)
+target_include_directories(scalelab_catch_main PRIVATE ${PROJECT_SOURCE_DIR}/tests/support)
 
 add_library(scalelab_test_support INTERFACE)
 target_include_directories(scalelab_test_support INTERFACE ${PROJECT_SOURCE_DIR}/tests/support)

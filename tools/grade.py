@@ -10,10 +10,12 @@ results.json.
 
 The graded tests, their points and time limits come from tests/grading/*.json (and *.json in each
 --hidden-tests directory); format in tests/grading/README.md. Each test runs as
-`<binary> -w NoTests <spec>` (under mpiexec when it has "ranks") with its time limit; a test passes
-when it exits 0 and Catch2's summary says every test case passed. The score is decided here, from
-the exit status and the output this process reads: nothing the student's code writes to a file is
-trusted, and results.json is written only after every test has finished.
+`<binary> -w NoTests <spec>` (under mpiexec when it has "ranks") with its time limit. The student's
+code runs inside that process, so neither its output nor its exit status can be the verdict: each
+run gets a fresh secret, and a test passes only when it exits 0 and every rank's test main wrote a
+results file signed with that secret after Catch2's session returned, in which every test case
+that ran passed with at least one assertion (read_results; tests/support/graded_results.hpp).
+results.json is written only after every test has finished.
 
 Standard library only, so any python3 runs it.
 """
@@ -22,9 +24,12 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import hashlib
+import hmac
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -41,6 +46,8 @@ SKIP_RETURN_CODE = 77                  # a GPU test exits with it where there is
 OUTPUT_KEEP_BYTES = 64 * 1024          # output kept per test: the first and the last 32 KB
 OUTPUT_FLOOD_BYTES = 32 * 1024 * 1024  # a test printing more than this is killed
 KILL_GRACE_S = 2.0                     # between SIGTERM and SIGKILL of a test's process group
+NONCE_ENV = "SCALELAB_GRADE_NONCE"      # the run's secret: the test main takes it out of its environment
+RESULTS_ENV = "SCALELAB_GRADE_RESULTS"  # where each rank writes <path>.<rank>
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 
@@ -202,14 +209,69 @@ def run_capped(cmd: list[str], timeout: float, cwd: Path | None = None, env: dic
 
 
 # ----------------------------------------------------------------------------------------------
+# The signed verdict: what a run's test main wrote after Catch2's session returned
+
+@dataclasses.dataclass
+class Verdict:
+    ok: bool              # every rank's file is there, signed, and every test case passed with assertions
+    problem: str = ""     # why not, for the student
+    cases: int = 0        # test cases counted over all ranks
+
+
+def read_results(prefix: Path, nonce: str, ranks: int) -> Verdict:
+    """Checks <prefix>.<rank> for every rank (tests/support/graded_results.cpp writes them):
+
+        scalelab-graded-results 1
+        rank R
+        session S                       Catch2's return value (failed test cases)
+        case passed|failed P F NAME     per test case: assertions passed and failed
+        token HEX                       HMAC-SHA256(nonce, every line above)
+
+    A file without the right token was not written by the test main of this run (the nonce is
+    fresh and only that main knew it); a test case with no assertion proves nothing."""
+    cases = 0
+    for rank in range(max(ranks, 1)):
+        who = f"rank {rank}" if ranks else "the test process"
+        try:
+            text = Path(f"{prefix}.{rank}").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return Verdict(False, f"{who} wrote no verdict: the test runner did not finish normally")
+        body, _, token_line = text.rstrip("\n").rpartition("\n")
+        token = token_line[len("token "):] if token_line.startswith("token ") else ""
+        expected = hmac.new(nonce.encode(), (body + "\n").encode(), hashlib.sha256).hexdigest()
+        if not hmac.compare_digest(token, expected):
+            return Verdict(False, f"{who}'s verdict is not signed by this run's test runner")
+        lines = body.split("\n")
+        if lines[:2] != ["scalelab-graded-results 1", f"rank {rank}"] or not lines[2].startswith("session "):
+            return Verdict(False, f"{who}'s verdict is malformed")
+        if lines[2] != "session 0":
+            return Verdict(False, f"{who}: Catch2 reported failed test cases")
+        for line in lines[3:]:
+            fields = line.split(" ", 4)
+            if len(fields) != 5 or fields[0] != "case":
+                return Verdict(False, f"{who}'s verdict is malformed")
+            _, status, passed, failed, name = fields
+            if status != "passed" or failed != "0":
+                return Verdict(False, f"{who}: test case \"{name}\" failed")
+            if passed == "0":
+                return Verdict(False, f"{who}: test case \"{name}\" ended without checking anything (no assertion)")
+            cases += 1
+        if len(lines) == 3:
+            return Verdict(False, f"{who} ran no test case")
+    return Verdict(True, cases=cases)
+
+
+# ----------------------------------------------------------------------------------------------
 # Reading Catch2's console output
 
-ALL_PASSED_RE = re.compile(r"^All tests passed \((\d+) assertions? in (\d+) test cases?\)", re.M)
-SOME_FAILED_RE = re.compile(r"^test cases:\s*(\d+)\s*\|.*?(\d+) failed", re.M)
 FAILED_AT_RE = re.compile(r"^(.+?):(\d+): FAILED:\s*$")
 STUB_RE = re.compile(r"Lab (\d\d): implement ([A-Za-z_][\w:~]*) \(see ([^)]*)\)")
 MPI_SIGNAL_RE = re.compile(r"exited on signal (\d+) \(([^)]*)\)")
 CATCH_SIGNAL_RE = re.compile(r"due to a fatal error condition:\s*\n\s*(SIG[A-Z]+)")
+# reference/comm/watchdog.cpp: "rank 3 (rank 1 of 2 in its communicator): recv from rank 0 did not
+# complete within 20 s (comm timeout). ..."
+WATCHDOG_RE = re.compile(r"rank (\d+) \(rank \d+ of \d+ in its communicator\): (.+?) did not complete within "
+                         r"([\d.e+-]+) s")
 
 
 @dataclasses.dataclass
@@ -323,7 +385,7 @@ def shorten_path(path: str) -> str:
 @dataclasses.dataclass
 class Outcome:
     test: GradedTest
-    status: str            # passed, failed, crashed (SIGSEGV), timeout, output flood, skipped (no GPU), not built
+    status: str            # passed, failed, crashed (SIGSEGV), hang, output flood, skipped (no GPU), not built
     score: float
     seconds: float = 0.0
     hint: str = ""         # one line for the table
@@ -362,20 +424,29 @@ def signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def judge(test: GradedTest, run: RunResult, where: WhereToLook) -> Outcome:
+def watchdog_hang(output: str) -> str:
+    """The communication watchdog's line (reference/comm/watchdog.cpp) without its boilerplate:
+    "rank 1: recv from rank 0 did not complete within 20 s", or "" when there is none."""
+    m = WATCHDOG_RE.search(output)
+    return f"rank {m.group(1)}: {m.group(2)} did not complete within {m.group(3)} s" if m else ""
+
+
+def judge(test: GradedTest, run: RunResult, where: WhereToLook, verdict: Verdict | None = None) -> Outcome:
     out = run.output
     # Catch2 wraps long messages at 80 columns: join the pieces of each stub message again.
     stubs = sorted(set(" ".join(m.group(0).split()) for m in STUB_RE.finditer(out)))
     failures = parse_failures(out)
-    passed_summaries = ALL_PASSED_RE.findall(out)
-    failed_summaries = SOME_FAILED_RE.findall(out)
+    verdict = verdict or Verdict(False, "no verdict was read")
+    hang = watchdog_hang(out)
     status, short, why = "failed", "", ""
-    if run.timed_out:
-        status = "timeout"
-        why = (f"No result within the time limit of {test.timeout:g} s, so the test was stopped. Look for an "
-               f"infinite loop or a deadlock (with ranks: one rank waiting for a message that is never sent), "
-               f"or code that is far too slow.")
-        short = f"killed after {test.timeout:g} s"
+    if run.timed_out or hang:
+        # A hang, whether the communication watchdog ended the job or our time limit did.
+        status = "hang"
+        short = hang or f"no result within {test.timeout:g} s; stopped"
+        why = ((f"The communication watchdog ended the job: {hang}. " if hang else
+                f"No result within the time limit of {test.timeout:g} s, so the test was stopped. ") +
+               "Look for an infinite loop or a deadlock (with ranks: one rank waiting for a message that is never "
+               "sent, or ranks calling different collectives), or code that is far too slow.")
     elif run.flooded:
         status = "output flood"
         why = (f"The test printed more than {OUTPUT_FLOOD_BYTES // (1024 * 1024)} MB and was stopped. "
@@ -393,16 +464,20 @@ def judge(test: GradedTest, run: RunResult, where: WhereToLook) -> Outcome:
         status = f"crashed ({signal_name(int(m.group(1)))})"
     elif CATCH_SIGNAL_RE.search(out):
         status = f"crashed ({CATCH_SIGNAL_RE.search(out).group(1)})"
-    elif run.returncode == 0 and passed_summaries and not failed_summaries:
-        status = "passed"  # under mpiexec: every rank's summary passed, and mpiexec's status is the worst rank's
+    elif run.returncode == 0 and verdict.ok:
+        status = "passed"
     elif "No test cases matched" in out:
         why = (f"The binary {test.binary} has no test case matching {test.spec!r}: the graded-test list "
                f"({Path(test.source).name}) and the test sources disagree. This is a problem of the lab, "
                f"not of your code: tell the course staff.")
         short = "no test case matched (course setup problem)"
     elif run.returncode == 0:
-        why = "The test exited with status 0 but without Catch2's summary line, so it does not count as passed."
-        short = "exited without Catch2's summary"
+        # Exit status 0 but no valid verdict: the code under test ended the process early (exit,
+        # _Exit, a forked child), printed a summary of its own, or a test case checked nothing.
+        why = (f"The test exited with status 0, but {verdict.problem}, so it does not count as passed. Code under "
+               f"test must return normally: do not call exit(), _Exit() or fork(), and do not print Catch2's "
+               f"messages yourself.")
+        short = f"no valid verdict: {verdict.problem}"
 
     if status.startswith("crashed"):
         why = (f"The test process died with {status[9:-1]}. Typical causes: reading or writing outside an "
@@ -597,9 +672,7 @@ def stage_student_files(lab: str, root: Path, submission: Path, stage: Path) -> 
     the submission by its path (labs/NN-name/<rel> or <rel>) or, failing that, by a unique file
     name anywhere in it. Returns notes for the student."""
     lab_dir = root / "labs" / labgen.LAB_DIRS[lab]
-    if stage.exists():
-        shutil.rmtree(stage)
-    shutil.copytree(lab_dir, stage)
+    content = {p.relative_to(lab_dir): p.read_bytes() for p in lab_dir.rglob("*") if p.is_file()}
     notes = []
     submitted = [p for p in submission.rglob("*") if p.is_file()]
     by_name: dict[str, list[Path]] = {}
@@ -623,13 +696,32 @@ def stage_student_files(lab: str, root: Path, submission: Path, stage: Path) -> 
         if found is None:
             notes.append(f"{rel}: not in the submission; the skeleton's copy was used (its tests will fail).")
             continue
-        shutil.copyfile(found, stage / rel)
+        content[Path(rel)] = found.read_bytes()
         used.add(found)
         notes.append(f"{rel}: from the submission's {found.relative_to(submission).as_posix()}")
     for p in submitted:
         if p not in used and p.suffix in labgen.SOURCE_SUFFIXES | labgen.HEADER_SUFFIXES:
             notes.append(f"{p.relative_to(submission).as_posix()}: ignored (lab {lab} does not use this file)")
+    sync_tree(stage, content)
     return notes
+
+
+def sync_tree(folder: Path, content: dict[Path, bytes]) -> None:
+    """Makes folder hold exactly `content` (relative path -> bytes), rewriting only the files that
+    differ: an unchanged file keeps its time stamp, so grading one submission after another in
+    the same build directory recompiles only the files that changed."""
+    if folder.exists():
+        for p in sorted(folder.rglob("*"), reverse=True):  # children before their folders
+            if p.is_file() and p.relative_to(folder) not in content:
+                p.unlink()
+            elif p.is_dir() and not any(p.iterdir()):
+                p.rmdir()
+    for rel, data in content.items():
+        target = folder / rel
+        if target.is_file() and target.read_bytes() == data:
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -717,6 +809,39 @@ def test_command(test: GradedTest, binary: Path, mpiexec: str | None) -> list[st
     return cmd
 
 
+def run_graded(cmd: list[str], test: GradedTest, work: Path, env: dict) -> tuple[RunResult, Verdict]:
+    """One run with a fresh secret and a fresh results folder. The verdict is read only after
+    run_capped has killed the run's whole process group, and the folder is removed then, so a
+    child that outlives the test has nothing to write into (and no secret to sign with)."""
+    nonce = secrets.token_hex(32)
+    folder = Path(tempfile.mkdtemp(prefix="run-", dir=work))
+    try:
+        prefix = folder / "verdict"
+        run = run_capped(cmd, timeout=test.timeout, cwd=work, env=dict(env, **{NONCE_ENV: nonce,
+                                                                              RESULTS_ENV: str(prefix)}))
+        return run, read_results(prefix, nonce, test.ranks)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def select_tests(tests: list[GradedTest], only: list[str]) -> tuple[list[GradedTest], list[str]]:
+    """--only: a test is chosen by its full name or a prefix of it (lab00.fd_ chooses every
+    finite-difference test). Returns the chosen tests and the names that chose nothing."""
+    if not only:
+        return tests, []
+    unmatched = [name for name in only if not any(t.name.startswith(name) for t in tests)]
+    return [t for t in tests if any(t.name.startswith(name) for name in only)], unmatched
+
+
+def list_tests(tests: list[GradedTest], stream=sys.stdout) -> None:
+    name_w = max([len("test")] + [len(t.name) for t in tests])
+    print(f"{'test':<{name_w}}  {'points':>6}  {'limit':>6}  ranks  functions", file=stream)
+    for t in tests:
+        print(f"{t.name:<{name_w}}  {fmt_points(t.points):>6}  {fmt_points(t.timeout) + ' s':>6}  "
+              f"{t.ranks or '':>5}  {', '.join(t.functions)}", file=stream)
+    print(f"{len(tests)} tests, {fmt_points(sum(t.points for t in tests))} points", file=stream)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     root = labgen.repo_root()
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
@@ -738,7 +863,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="do not configure or build: run the binaries found in --bin-dir (or the build dir's)")
     p.add_argument("--bin-dir", type=Path, help="with --no-build: where the test binaries are")
     p.add_argument("--mpiexec", help="the MPI launcher (default: the one CMake found, else mpiexec on PATH)")
-    p.add_argument("--only", action="append", default=[], help="grade only these tests (by name); repeatable")
+    p.add_argument("--only", action="append", default=[],
+                   help="grade only these tests, by name or a prefix of it (lab00.fd_); repeatable; a name that "
+                        "matches no test is an error")
+    p.add_argument("--list", action="store_true", help="list the lab's graded tests (after --only) and exit")
     p.add_argument("--expect", choices=["full", "zero"],
                    help="for CI: exit 1 unless every test passed (full; GPU tests may skip), or unless the score "
                         "is 0 with no crash, hang or flood and every failure names the missing 'Lab NN: implement' "
@@ -766,12 +894,19 @@ def main(argv: list[str] | None = None) -> int:
     grading_dirs = [d.resolve() for d in (args.grading_dir or [source / "tests" / "grading"])]
     hidden = [d.resolve() for d in args.hidden_tests]
     try:
-        tests = [t for t in load_tests(grading_dirs, hidden) if t.lab == lab]
+        lab_tests = [t for t in load_tests(grading_dirs, hidden) if t.lab == lab]
     except GradingError as e:
         print(f"grade: {e}", file=sys.stderr)
         return 2
-    if args.only:
-        tests = [t for t in tests if t.name in args.only]
+    tests, unmatched = select_tests(lab_tests, args.only)
+    if unmatched:  # before building or writing anything: a typo must not grade (and save) nothing
+        print(f"grade: --only {', '.join(unmatched)}: no graded test of lab {lab} has this name or prefix. "
+              f"The tests are:", file=sys.stderr)
+        list_tests(lab_tests, stream=sys.stderr)
+        return 2
+    if args.list:
+        list_tests(tests)
+        return 0
     total_possible = sum(t.points for t in tests)
     what = "the reference solution" if args.reference else (
         f"the submission in {args.student_dir}" if args.student_dir else f"labs/{labgen.LAB_DIRS[lab]}")
@@ -824,10 +959,11 @@ def main(argv: list[str] | None = None) -> int:
             except GradingError as e:
                 outcomes.append(Outcome(test=t, status="not run", score=0.0, hint=str(e), details=str(e)))
                 continue
-            run = run_capped(cmd, timeout=t.timeout, cwd=work, env=run_env)
-            o = judge(t, run, where)
+            run, verdict = run_graded(cmd, t, work, run_env)
+            o = judge(t, run, where, verdict)
             outcomes.append(o)
-            print(f"[{n}/{len(tests)}] {t.name}: {o.status} ({o.seconds:.1f} s)", file=sys.stderr, flush=True)
+            what = f"{o.status}: {o.hint}" if o.status == "hang" else o.status
+            print(f"[{n}/{len(tests)}] {t.name}: {what} ({o.seconds:.1f} s)", file=sys.stderr, flush=True)
 
     point_to_narrower_failures(outcomes)
     seconds = time.monotonic() - started

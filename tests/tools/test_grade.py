@@ -50,10 +50,29 @@ with message:
   tolerance, first at index 0: got 0.25, expected 0.75
 """
 
+# What a real test main does after Catch2's session returns (tests/support/graded_results.cpp):
+# sign "case ..." lines with the run's secret. Fakes call it as `verdict CASE...` with CASE =
+# status:passed:failed:name; "badtoken" signs with a guessed secret.
+VERDICT_PY = """
+import hashlib, hmac, os, sys
+nonce, path = os.environ.get("SCALELAB_GRADE_NONCE", ""), os.environ.get("SCALELAB_GRADE_RESULTS", "")
+rank = int(os.environ.get("FAKE_RANK", "0"))
+body = f"scalelab-graded-results 1\\nrank {rank}\\nsession 0\\n"
+for case in sys.argv[1:]:
+    if case == "badtoken":
+        nonce = "0" * 64
+        continue
+    status, passed, failed, name = case.split(":", 3)
+    body += f"case {status} {passed} {failed} {name}\\n"
+token = hmac.new(nonce.encode(), body.encode(), hashlib.sha256).hexdigest()
+open(f"{path}.{rank}", "w").write(body + f"token {token}\\n")
+"""
+VERDICT = f'{sys.executable} "$(dirname "$0")/verdict.py"'
+
 FAKES = {
     "passes": 'case "$5" in "[graded][a]") ;; *) echo "wrong spec: $*"; exit 3;; esac\n'
               '[ "$2" = NoTests ] || exit 3\n'
-              'echo "==="; echo "All tests passed (12 assertions in 2 test cases)"; echo; exit 0',
+              f'{VERDICT} "passed:7:0:first case" "passed:5:0:second case"; echo "All tests passed"; exit 0',
     "stub": "cat <<'EOF'\n" + FAILURE_TEMPLATE.format(root=ROOT, body=STUB_BODY.format(root=ROOT)) + "EOF\nexit 1",
     "mismatch": "cat <<'EOF'\n" + FAILURE_TEMPLATE.format(root=ROOT, body=MISMATCH_BODY.format(root=ROOT))
                 + "EOF\nexit 1",
@@ -65,7 +84,18 @@ FAKES = {
     "silent": "exit 0",
     "nomatch": 'echo "No test cases matched \'$5\'"; exit 2',
     "fakepass": 'echo "All tests passed (1 assertion in 1 test case)"; exit 1',
-    "rankcount": 'echo "rank $FAKE_RANK"; echo "All tests passed (2 assertions in 1 test case)"',
+    "rankcount": f'echo "rank $FAKE_RANK"; {VERDICT} "passed:2:0:ring"',
+    # Forgeries: each must score 0.
+    "printsummary": 'echo "All tests passed (12 assertions in 2 test cases)"; exit 0',
+    "forgedtoken": f'{VERDICT} badtoken "passed:3:0:forged"; exit 0',
+    "noassert": f'{VERDICT} "passed:0:0:returns before its first assertion"; exit 0',
+    "somefailed": f'{VERDICT} "passed:3:0:fine" "failed:2:1:broken"; exit 0',
+    "latechild": f'(sleep 1; {VERDICT} "passed:3:0:late") &\nexit 0',
+    "onerank": f'[ "$FAKE_RANK" = 1 ] || {VERDICT} "passed:2:0:ring"',
+    "watchdog": 'echo "scalelab: rank 1 (rank 1 of 2 in its communicator): recv from rank 0 did not complete '
+                'within 20 s (comm timeout). A peer rank has probably died or hung; ending the job."\n'
+                'echo "mpiexec noticed that process rank 0 with PID 99 on node x exited on signal 15 (Terminated)."\n'
+                'exit 3',
 }
 
 FAKE_MPIEXEC = """#!/bin/sh
@@ -89,6 +119,7 @@ class GraderOnFakeBinaries(unittest.TestCase):
         cls.tmp = Path(tempfile.mkdtemp(prefix="grade-test-"))
         cls.bin = cls.tmp / "bin"
         cls.bin.mkdir()
+        (cls.bin / "verdict.py").write_text(VERDICT_PY)
         for name, body in FAKES.items():
             p = cls.bin / name
             p.write_text("#!/bin/sh\n" + body + "\n")
@@ -103,6 +134,9 @@ class GraderOnFakeBinaries(unittest.TestCase):
                  entry("t.flood", "flood", timeout=60), entry("t.gpu", "gpu", labels=["gpu"]),
                  entry("t.silent", "silent"), entry("t.nomatch", "nomatch"), entry("t.fakepass", "fakepass"),
                  entry("t.mpi", "rankcount", ranks=2), entry("t.missing", "does_not_exist")]
+        tests += [entry(f"t.forged.{name}", name) for name in ("printsummary", "forgedtoken", "noassert",
+                                                                 "somefailed", "latechild")]
+        tests += [entry("t.mpi_onerank", "onerank", ranks=2), entry("t.watchdog", "watchdog", ranks=2)]
         (cls.grading / "lab00-fake.json").write_text(json.dumps({"tests": tests}))
         (cls.grading / "lab01-other.json").write_text(json.dumps({"tests": [dict(entry("t.lab01", "passes"),
                                                                                  lab="01")]}))
@@ -131,7 +165,7 @@ class GraderOnFakeBinaries(unittest.TestCase):
         d = self.data
         self.assertIsInstance(d["score"], (int, float))
         self.assertIsInstance(d["execution_time"], (int, float))
-        self.assertEqual(len(d["tests"]), 13, "only lab 00's tests")
+        self.assertEqual(len(d["tests"]), 20, "only lab 00's tests")
         for i, t in enumerate(d["tests"], start=1):
             self.assertEqual(set(t), {"name", "number", "score", "max_score", "status", "output", "visibility"})
             self.assertEqual(t["number"], str(i))
@@ -169,7 +203,8 @@ class GraderOnFakeBinaries(unittest.TestCase):
         self.assertIn("crashed (SIGABRT)", self.by_name["t.abort"]["output"])
 
     def test_hang_is_killed_with_its_children(self):
-        self.assertIn("timeout", self.by_name["t.hang"]["output"])
+        self.assertIn("hang", self.by_name["t.hang"]["output"])
+        self.assertIn("No result within the time limit of 1.5 s", self.by_name["t.hang"]["output"])
         pid = int(self.pid_file.read_text())
         time.sleep(0.2)
         alive = True
@@ -192,9 +227,32 @@ class GraderOnFakeBinaries(unittest.TestCase):
     def test_gpu_skip_earns_nothing_and_says_why(self):
         self.assertIn("skipped (no GPU)", self.by_name["t.gpu"]["output"])
 
-    def test_exit_zero_needs_the_catch2_summary_and_a_summary_needs_exit_zero(self):
-        self.assertIn("without Catch2's summary", self.by_name["t.silent"]["output"])
+    def test_exit_zero_needs_the_signed_verdict_and_a_summary_needs_exit_zero(self):
+        self.assertIn("wrote no verdict", self.by_name["t.silent"]["output"])
         self.assertEqual(self.by_name["t.fakepass"]["score"], 0)
+
+    def test_forgeries_earn_nothing_and_say_why(self):
+        why = {"printsummary": "wrote no verdict", "forgedtoken": "not signed by this run's test runner",
+               "noassert": "ended without checking anything (no assertion)",
+               "somefailed": 'test case "broken" failed', "latechild": "wrote no verdict"}
+        for name, text in why.items():
+            t = self.by_name[f"t.forged.{name}"]
+            self.assertEqual((t["score"], t["status"]), (0, "failed"), name)
+            self.assertIn(text, t["output"], name)
+
+    def test_every_rank_must_sign(self):
+        t = self.by_name["t.mpi_onerank"]
+        self.assertEqual(t["score"], 0)
+        self.assertIn("rank 1 wrote no verdict", t["output"])
+
+    def test_watchdog_hang_names_the_rank_and_the_call(self):
+        t = self.by_name["t.watchdog"]
+        self.assertEqual(t["score"], 0)
+        self.assertIn("hang", t["output"])
+        self.assertNotIn("SIGTERM", t["output"].split("--- test output ---")[0])
+        self.assertIn("[20/20] t.watchdog: hang: rank 1: recv from rank 0 did not complete within 20 s",
+                      self.proc.stderr)
+        self.assertRegex(self.proc.stdout, r"t\.watchdog +0/2 +hang +rank 1: recv from rank 0 did not complete")
 
     def test_spec_matching_nothing_is_a_setup_problem(self):
         self.assertIn("course staff", self.by_name["t.nomatch"]["output"])
@@ -204,7 +262,7 @@ class GraderOnFakeBinaries(unittest.TestCase):
 
     def test_table_lists_every_test_with_points(self):
         out = self.proc.stdout
-        for line in ["t.passes", "3/3", "0/2", "crashed (SIGSEGV)", "timeout", "output flood", "total", "5/27"]:
+        for line in ["t.passes", "3/3", "0/2", "crashed (SIGSEGV)", "hang", "output flood", "total", "5/41"]:
             self.assertIn(line, out)
         self.assertIn("Lab 00: implement layernorm_backward (see labs/00-naive/README.md, section 3.2)", out)
 
@@ -226,6 +284,52 @@ class GraderOnFakeBinaries(unittest.TestCase):
         self.assertEqual(notfull.returncode, 1)
 
 
+class OnlyAndList(unittest.TestCase):
+    """--only takes names or prefixes, and a name that matches nothing is an error that leaves the
+    last results.json alone; --list prints the lab's tests without running them."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = Path(tempfile.mkdtemp(prefix="grade-only-"))
+        cls.grading = cls.tmp / "grading"
+        cls.grading.mkdir()
+        names = ["lab00.fd_a", "lab00.fd_b", "lab00.oracle"]
+        (cls.grading / "lab00-x.json").write_text(json.dumps({"tests": [entry(n, "missing") for n in names]}))
+        cls.results = cls.tmp / "results.json"
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
+
+    def grade(self, *extra):
+        return subprocess.run([sys.executable, str(GRADE), "00", "--no-build", "--bin-dir", str(self.tmp),
+                               "--grading-dir", str(self.grading), "--results", str(self.results),
+                               "--build-dir", str(self.tmp / "build"), *extra], capture_output=True, text=True,
+                              timeout=60)
+
+    def test_unknown_name_is_an_error_naming_the_tests(self):
+        self.results.write_text("earlier results\n")
+        p = self.grade("--only", "lab00.fd_a", "--only", "lab00.typo")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("lab00.typo", p.stderr)
+        for name in ("lab00.fd_a", "lab00.fd_b", "lab00.oracle"):
+            self.assertIn(name, p.stderr)
+        self.assertEqual(self.results.read_text(), "earlier results\n")
+
+    def test_prefix_selects_every_test_it_starts(self):
+        p = self.grade("--only", "lab00.fd_")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        names = [t["name"] for t in json.loads(self.results.read_text())["tests"]]
+        self.assertEqual(names, ["lab00.fd_a", "lab00.fd_b"])
+
+    def test_list(self):
+        p = self.grade("--list")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        for name in ("lab00.fd_a", "lab00.fd_b", "lab00.oracle", "3 tests, 6 points"):
+            self.assertIn(name, p.stdout)
+        self.assertNotIn("[1/3]", p.stderr)  # nothing ran
+
+
 class GraderBuild(unittest.TestCase):
     """The build path on a tiny CMake project: a compile error gives one failed "build" entry."""
 
@@ -238,18 +342,31 @@ class GraderBuild(unittest.TestCase):
         (src / "CMakeLists.txt").write_text(textwrap.dedent("""\
             cmake_minimum_required(VERSION 3.16)
             project(fake CXX)
+            set(CMAKE_CXX_STANDARD 20)
             option(BROKEN "" OFF)
             if(BROKEN)
               add_executable(fake_test broken.cpp)
             else()
+              find_package(Catch2 REQUIRED)
               add_executable(fake_test ok.cpp)
+              target_include_directories(fake_test PRIVATE SUPPORT)
+              target_link_libraries(fake_test PRIVATE Catch2::Catch2)
             endif()
+            """).replace("SUPPORT", str(ROOT / "tests" / "support")))
+        # A real Catch2 runner with the real verdict writer: its HMAC must be what grade.py expects,
+        # and a test case without an assertion must not pass.
+        (src / "ok.cpp").write_text(textwrap.dedent("""\
+            #define CATCH_CONFIG_RUNNER
+            #include <catch2/catch.hpp>
+            #include "graded_results.hpp"
+            TEST_CASE("adds", "[graded][a]") { CHECK(1 + 1 == 2); }
+            TEST_CASE("checks nothing", "[graded][empty]") {}
+            int main(int argc, char** argv) { return scalelab_test::run_catch_session(argc, argv); }
             """))
-        (src / "ok.cpp").write_text('#include <cstdio>\nint main() { std::puts("All tests passed (1 assertion '
-                                    'in 1 test case)"); }\n')
         (src / "broken.cpp").write_text("int main() { return undeclared_name_in_student_code; }\n")
-        (src / "grading" / "lab00-x.json").write_text(json.dumps({"tests": [entry("x.one", "fake_test", points=4),
-                                                                            entry("x.two", "fake_test", points=6)]}))
+        (src / "grading" / "lab00-x.json").write_text(json.dumps({"tests": [
+            entry("x.one", "fake_test", points=4), entry("x.two", "fake_test", points=6),
+            entry("x.empty", "fake_test", points=5, spec="[graded][empty]")]}))
         self.src = src
 
     def tearDown(self):
@@ -266,7 +383,8 @@ class GraderBuild(unittest.TestCase):
         p, data = self.grade("--cmake-arg=-DBROKEN=OFF")
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(data["score"], 10, p.stdout)
-        self.assertEqual([t["name"] for t in data["tests"]], ["x.one", "x.two"])
+        self.assertEqual([t["name"] for t in data["tests"]], ["x.one", "x.two", "x.empty"])
+        self.assertIn('test case "checks nothing" ended without checking anything', data["tests"][2]["output"])
 
     def test_build_failure_gives_one_failed_build_entry_with_the_errors(self):
         p, data = self.grade("--cmake-arg=-DBROKEN=ON")
@@ -275,7 +393,7 @@ class GraderBuild(unittest.TestCase):
         self.assertIsInstance(data["execution_time"], (int, float))
         self.assertEqual(len(data["tests"]), 1)
         t = data["tests"][0]
-        self.assertEqual((t["name"], t["status"], t["score"], t["max_score"]), ("build", "failed", 0.0, 10.0))
+        self.assertEqual((t["name"], t["status"], t["score"], t["max_score"]), ("build", "failed", 0.0, 15.0))
         self.assertIn("undeclared_name_in_student_code", t["output"])
         self.assertIn("error", t["output"])
         self.assertIn("BUILD FAILED", p.stdout)
@@ -356,6 +474,12 @@ class StudentFiles(unittest.TestCase):
             text = "\n".join(notes)
             self.assertIn("optim/c.cpp: not in the submission", text)
             self.assertIn("evil.cpp: ignored", text)
+            # Staging the next submission rewrites only what changed (the build recompiles only that).
+            os.utime(stage / "optim/c.cpp", (1, 1))
+            (sub / "b.cpp").write_text("student b, second try\n")
+            grade.stage_student_files("00", root, sub, stage)
+            self.assertEqual((stage / "optim/c.cpp").stat().st_mtime, 1)
+            self.assertEqual((stage / "model/layers/b.cpp").read_text(), "student b, second try\n")
         finally:
             shutil.rmtree(tmp)
 
