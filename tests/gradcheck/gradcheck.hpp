@@ -23,6 +23,15 @@ inline Vec random_vec(std::size_t n, std::uint64_t seed, double scale = 1.0) {
   return v;
 }
 
+// What a backward added to a gradient buffer that held `before`. The tests start accumulated
+// gradients (+=) from non-zero values and check what was added: a backward that overwrote the
+// buffer (=, e.g. beta = 0 in a GEMM) would pass from zero, since 0 + g = g.
+inline Vec added(const Vec& after, const Vec& before) {
+  Vec d(after.size());
+  for (std::size_t i = 0; i < d.size(); ++i) d[i] = after[i] - before[i];
+  return d;
+}
+
 struct FdResult {
   bool ok = true;
   double worst_rel = 0;  // |analytic - numeric| / max(|numeric|, floor)

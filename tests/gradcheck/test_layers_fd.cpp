@@ -29,10 +29,11 @@ TEST_CASE("encoder_backward matches finite differences", "[graded][fd_encoder]")
     encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
     return dot(out, w);
   };
-  Vec dwte(V * C, 0.0), dwpe(T * C, 0.0);
+  const Vec dwte0 = random_vec(V * C, 31), dwpe0 = random_vec(T * C, 32);  // they accumulate (+=)
+  Vec dwte = dwte0, dwpe = dwpe0;
   encoder_backward(dwte.data(), dwpe.data(), w.data(), tokens.data(), B, T, C);
-  CHECK_FD(check_fd(wte, dwte, objective, kTol), "dwte");
-  CHECK_FD(check_fd(wpe, dwpe, objective, kTol), "dwpe");
+  CHECK_FD(check_fd(wte, added(dwte, dwte0), objective, kTol), "dwte (what the backward added)");
+  CHECK_FD(check_fd(wpe, added(dwpe, dwpe0), objective, kTol), "dwpe (what the backward added)");
 }
 
 TEST_CASE("layernorm_backward matches finite differences and accumulates", "[graded][fd_layernorm]") {
@@ -43,19 +44,22 @@ TEST_CASE("layernorm_backward matches finite differences and accumulates", "[gra
     return dot(out, w);
   };
   objective();
-  Vec dinp(N * C, 0.0), dweight(C, 0.0), dbias(C, 0.0);
+  // dinp, dweight and dbias accumulate (+=): start from non-zero buffers, check what was added.
+  const Vec dinp0 = random_vec(N * C, 33), dweight0 = random_vec(C, 34), dbias0 = random_vec(C, 35);
+  Vec dinp = dinp0, dweight = dweight0, dbias = dbias0;
   layernorm_backward(dinp.data(), dweight.data(), dbias.data(), w.data(), inp.data(), weight.data(), mean.data(),
                      rstd.data(), N, C);
-  CHECK_FD(check_fd(inp, dinp, objective, kTol), "dinp");
-  CHECK_FD(check_fd(weight, dweight, objective, kTol), "dweight");
-  CHECK_FD(check_fd(bias, dbias, objective, kTol), "dbias");
-  // dinp, dweight and dbias accumulate (+=): a second call doubles them.
+  const Vec ginp = added(dinp, dinp0), gweight = added(dweight, dweight0), gbias = added(dbias, dbias0);
+  CHECK_FD(check_fd(inp, ginp, objective, kTol), "dinp (what the backward added)");
+  CHECK_FD(check_fd(weight, gweight, objective, kTol), "dweight (what the backward added)");
+  CHECK_FD(check_fd(bias, gbias, objective, kTol), "dbias (what the backward added)");
+  // A second call adds the same again.
   objective();
-  Vec dinp2 = dinp, dweight2 = dweight, dbias2 = dbias;
-  layernorm_backward(dinp2.data(), dweight2.data(), dbias2.data(), w.data(), inp.data(), weight.data(), mean.data(),
+  Vec dinp2 = dinp, dweight2 = dweight;
+  layernorm_backward(dinp2.data(), dweight2.data(), dbias.data(), w.data(), inp.data(), weight.data(), mean.data(),
                      rstd.data(), N, C);
-  for (std::size_t i = 0; i < dinp.size(); ++i) CHECK(dinp2[i] == Approx(2 * dinp[i]).margin(1e-12));
-  for (int c = 0; c < C; ++c) CHECK(dweight2[c] == Approx(2 * dweight[c]).margin(1e-12));
+  for (std::size_t i = 0; i < dinp.size(); ++i) CHECK(dinp2[i] - dinp[i] == Approx(ginp[i]).margin(1e-12));
+  for (int c = 0; c < C; ++c) CHECK(dweight2[c] - dweight[c] == Approx(gweight[c]).margin(1e-12));
 }
 
 TEST_CASE("matmul_backward matches finite differences, with and without bias", "[graded][fd_matmul]") {
@@ -69,12 +73,14 @@ TEST_CASE("matmul_backward matches finite differences, with and without bias", "
       matmul_forward(out.data(), inp.data(), weight.data(), with_bias ? bias.data() : nullptr, N, C, OC);
       return dot(out, w);
     };
-    Vec dinp(N * C, 123.0), dweight(OC * C, 0.0), dbias(OC, 0.0);  // dinp is written (=), not added to
+    // dinp is written (=), not added to; dweight and dbias accumulate (+=) from non-zero values.
+    const Vec dweight0 = random_vec(OC * C, 36), dbias0 = random_vec(OC, 37);
+    Vec dinp(N * C, 123.0), dweight = dweight0, dbias = dbias0;
     matmul_backward(dinp.data(), dweight.data(), with_bias ? dbias.data() : nullptr, w.data(), inp.data(),
                     weight.data(), N, C, OC);
     CHECK_FD(check_fd(inp, dinp, objective, kTol), "dinp");
-    CHECK_FD(check_fd(weight, dweight, objective, kTol), "dweight");
-    if (with_bias) CHECK_FD(check_fd(bias, dbias, objective, kTol), "dbias");
+    CHECK_FD(check_fd(weight, added(dweight, dweight0), objective, kTol), "dweight (what the backward added)");
+    if (with_bias) CHECK_FD(check_fd(bias, added(dbias, dbias0), objective, kTol), "dbias (what the backward added)");
   }
 }
 
@@ -114,10 +120,11 @@ TEST_CASE("residual_backward matches finite differences", "[graded][fd_residual]
     residual_forward(out.data(), a.data(), b.data(), out.size());
     return dot(out, w);
   };
-  Vec da(N * C, 0.0), db(N * C, 0.0);
+  const Vec da0 = random_vec(N * C, 38), db0 = random_vec(N * C, 39);  // both accumulate (+=)
+  Vec da = da0, db = db0;
   residual_backward(da.data(), db.data(), w.data(), da.size());
-  CHECK_FD(check_fd(a, da, objective, kTol), "da");
-  CHECK_FD(check_fd(b, db, objective, kTol), "db");
+  CHECK_FD(check_fd(a, added(da, da0), objective, kTol), "da (what the backward added)");
+  CHECK_FD(check_fd(b, added(db, db0), objective, kTol), "db (what the backward added)");
 }
 
 TEST_CASE("crossentropy_backward matches finite differences of the mean loss", "[graded][fd_crossentropy]") {

@@ -20,10 +20,15 @@ TEST_CASE("the model's backward matches finite differences for every tensor", "[
     Rng rng(4);
     for (std::size_t i = 0; i < model.num_params(); ++i) model.params()[i] += 0.05 * rng.normal();
     model.set_checkpoint_policy(CheckpointPolicy::parse(policy));
-    model.zero_grad();
+    // Parameter gradients accumulate (+=): start from non-zero values and check what the
+    // backward added (one that overwrote a gradient would pass from zero).
+    Rng grad_rng(5);
+    for (std::size_t i = 0; i < model.num_params(); ++i) model.grads()[i] = 0.01 * grad_rng.normal();
+    const std::vector<double> before(model.grads(), model.grads() + model.num_params());
     model.forward(tokens.data(), targets.data(), B, T);
     model.backward();
-    const std::vector<double> grads(model.grads(), model.grads() + model.num_params());
+    std::vector<double> grads(model.grads(), model.grads() + model.num_params());
+    for (std::size_t i = 0; i < grads.size(); ++i) grads[i] -= before[i];
     for (const auto& t : model.layout().tensors()) {
       double scale = 1e-3;
       for (std::size_t i = 0; i < t.numel; ++i) scale = std::max(scale, std::fabs(grads[t.offset + i]));

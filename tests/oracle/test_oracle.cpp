@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compare.hpp"
@@ -165,6 +166,24 @@ void zero_key_bias_grads(GPT& model) {
   }
 }
 
+// Parameter gradients accumulate (+=), which is what lets lab 01 add micro-batches: one more
+// forward and backward without zero_grad must double them (to rounding: 1e-5 of each tensor's
+// largest gradient). A backward that overwrote a gradient would pass every check from zero.
+// The gradients are put back afterwards, so a training step goes on exactly as before.
+void check_accumulates(GPT& model, const Oracle& o) {
+  const std::vector<float> once(model.grads(), model.grads() + model.num_params());
+  model.forward(o.tokens.data(), o.targets.data(), o.B, o.T);
+  model.backward();
+  for (const auto& t : model.layout().tensors()) {
+    std::vector<float> twice(t.numel);
+    for (std::size_t i = 0; i < t.numel; ++i) twice[i] = 2 * once[t.offset + i];
+    INFO("a second backward without zero_grad must add the same gradient again (+=), not overwrite it");
+    CHECK_MATCH(scalelab_test::compare_close("gradient after two backward passes " + t.name, model.grads() + t.offset,
+                                             twice.data(), t.numel, 0.0, kRtol * max_abs(twice) + kAtol));
+  }
+  std::copy(once.begin(), once.end(), model.grads());
+}
+
 // The model with the oracle's initial weights (written by PyTorch with nanoGPT's names).
 void load_initial_weights(GPT& model) { load_weights(kInitPath, model.config(), model.params()); }
 
@@ -212,6 +231,7 @@ TEST_CASE("oracle: every parameter gradient matches PyTorch autograd", "[graded]
   model.zero_grad();
   model.backward();
   check_params(o, model.layout(), model.grads(), "grad.", "gradient");
+  check_accumulates(model, o);
 }
 
 TEST_CASE("oracle: AdamW from fixed gradients matches torch.optim.AdamW", "[graded][oracle][oracle_adamw]") {
@@ -224,7 +244,15 @@ TEST_CASE("oracle: AdamW from fixed gradients matches torch.optim.AdamW", "[grad
     std::copy(g.begin(), g.end(), grads.begin() + static_cast<std::ptrdiff_t>(t.offset));
   }
   AdamW opt(params.size(), o.adamw, nullptr);
-  for (int s = 0; s < o.steps; ++s) opt.step(params.data(), grads.data());
+  // In three pieces, last first, as sharded optimizers call it: update_range at a non-zero offset
+  // must use the moments m and v of those elements (offset + i), not of the first ones.
+  const std::size_t n = params.size(), cut1 = n / 3, cut2 = 2 * n / 3;
+  const std::pair<std::size_t, std::size_t> pieces[] = {{cut2, n}, {0, cut1}, {cut1, cut2}};
+  for (int s = 0; s < o.steps; ++s) {
+    opt.begin_step();
+    for (const auto& [lo, hi] : pieces)
+      opt.update_range(params.data() + lo, grads.data() + lo, lo, hi - lo, o.adamw.lr);
+  }
   CHECK(opt.step_count() == o.steps);
   check_params(o, layout, params.data(), "adamw3.", "AdamW alone, 3 steps");
 }
@@ -241,6 +269,7 @@ TEST_CASE("oracle: three training steps (forward, backward, AdamW) match PyTorch
     const float loss = model.forward(o.tokens.data(), o.targets.data(), o.B, o.T);
     check_scalar("loss before step " + std::to_string(s + 1), loss, ref_losses[s]);
     model.backward();
+    check_accumulates(model, o);
     zero_key_bias_grads(model);
     opt.step(model.params(), model.grads());
   }
