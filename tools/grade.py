@@ -215,11 +215,10 @@ def run_capped(cmd: list[str], timeout: float, cwd: Path | None = None, env: dic
 class Verdict:
     ok: bool              # every rank's file is there, signed, and every test case passed with assertions
     problem: str = ""     # why not, for the student
-    cases: int = 0        # test cases counted over all ranks
 
 
 def read_results(prefix: Path, nonce: str, ranks: int) -> Verdict:
-    """Checks <prefix>.<rank> for every rank (tests/support/graded_results.cpp writes them):
+    """Checks <prefix>.<rank> for every rank (tests/support/graded_results.hpp writes them):
 
         scalelab-graded-results 1
         rank R
@@ -229,7 +228,6 @@ def read_results(prefix: Path, nonce: str, ranks: int) -> Verdict:
 
     A file without the right token was not written by the test main of this run (the nonce is
     fresh and only that main knew it); a test case with no assertion proves nothing."""
-    cases = 0
     for rank in range(max(ranks, 1)):
         who = f"rank {rank}" if ranks else "the test process"
         try:
@@ -255,10 +253,9 @@ def read_results(prefix: Path, nonce: str, ranks: int) -> Verdict:
                 return Verdict(False, f"{who}: test case \"{name}\" failed")
             if passed == "0":
                 return Verdict(False, f"{who}: test case \"{name}\" ended without checking anything (no assertion)")
-            cases += 1
         if len(lines) == 3:
             return Verdict(False, f"{who} ran no test case")
-    return Verdict(True, cases=cases)
+    return Verdict(True)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -439,7 +436,7 @@ def judge(test: GradedTest, run: RunResult, where: WhereToLook, verdict: Verdict
     verdict = verdict or Verdict(False, "no verdict was read")
     hang = watchdog_hang(out)
     status, short, why = "failed", "", ""
-    if run.timed_out or hang:
+    if run.timed_out or (hang and run.returncode != 0):
         # A hang, whether the communication watchdog ended the job or our time limit did.
         status = "hang"
         short = hang or f"no result within {test.timeout:g} s; stopped"
