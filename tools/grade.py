@@ -243,16 +243,16 @@ def read_results(prefix: Path, nonce: str, ranks: int) -> Verdict:
         if lines[:2] != ["scalelab-graded-results 1", f"rank {rank}"] or not lines[2].startswith("session "):
             return Verdict(False, f"{who}'s verdict is malformed")
         if lines[2] != "session 0":
-            return Verdict(False, f"{who}: Catch2 reported failed test cases")
+            return Verdict(False, f"Catch2 reported failed test cases in {who}")
         for line in lines[3:]:
             fields = line.split(" ", 4)
             if len(fields) != 5 or fields[0] != "case":
                 return Verdict(False, f"{who}'s verdict is malformed")
             _, status, passed, failed, name = fields
             if status != "passed" or failed != "0":
-                return Verdict(False, f"{who}: test case \"{name}\" failed")
+                return Verdict(False, f"test case \"{name}\" failed in {who}")
             if passed == "0":
-                return Verdict(False, f"{who}: test case \"{name}\" ended without checking anything (no assertion)")
+                return Verdict(False, f"test case \"{name}\" ended without checking anything (no assertion) in {who}")
         if len(lines) == 3:
             return Verdict(False, f"{who} ran no test case")
     return Verdict(True)
@@ -327,9 +327,14 @@ def unwrap(lines: list[str], width: int) -> list[str]:
     return messages
 
 
+# Catch2's start-up banner. Under mpiexec every rank prints one, and it can land inside another
+# rank's test case header: dropped first, so that it never becomes part of a test case's name.
+BANNER_RE = re.compile(r"^(~{20,}|.* is a Catch v[\d.]+ host application\.|Run with -\? for options)\s*$")
+
+
 def parse_failures(output: str) -> list[Failure]:
     failures: list[Failure] = []
-    lines = output.splitlines()
+    lines = [ln for ln in output.splitlines() if not BANNER_RE.match(ln)]
     width = next((len(ln) for ln in lines if SEPARATOR_RE.match(ln)), 79)  # Catch2's console width - 1
     test_case = ""
     i = 0
@@ -341,7 +346,8 @@ def parse_failures(output: str) -> list[Failure]:
             while j < len(lines) and not SEPARATOR_RE.match(lines[j]) and j - i < 6:
                 names.append(lines[j].strip())
                 j += 1
-            if j < len(lines) and SEPARATOR_RE.match(lines[j]):
+            # Blank between two dashed lines is not a header: mpiexec boxes its messages in dashes.
+            if j < len(lines) and SEPARATOR_RE.match(lines[j]) and any(names):
                 test_case = " / ".join(n for n in names if n)
                 i = j + 1
                 continue
@@ -497,7 +503,13 @@ def judge(test: GradedTest, run: RunResult, where: WhereToLook, verdict: Verdict
                 short = stubs[0]
         if test.functions:
             parts.append("Where to look:" + "".join("\n  - " + where.describe(f) for f in test.functions))
-        if failures:
+        if status == "hang":
+            # What Catch2 printed when the job was ended (SIGTERM in every rank) is no failure of
+            # the student's: say only where it hung, if a rank said so.
+            named = next((f for f in failures if f.test_case), None)
+            if named:
+                parts.append(f"It hung in test case \"{named.test_case}\" ({named.where}).")
+        elif failures:
             f = failures[0]
             text = [f"First failure: {f.where}" + (f" in test case \"{f.test_case}\"" if f.test_case else "")]
             text += f.render()

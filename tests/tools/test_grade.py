@@ -430,6 +430,21 @@ test cases: 1 | 1 failed
 class CatchParsing(unittest.TestCase):
     """Catch2 wraps messages at 80 columns; the grader joins them again for the hint."""
 
+    def test_another_ranks_banner_is_not_part_of_the_test_case_name(self):
+        sys.path.insert(0, str(ROOT / "tools"))
+        import grade
+        out = ("-" * 79 + "\n" + "~" * 79 + "\ntest_comm_mpi is a Catch v2.13.10 host application.\n"
+               "Run with -? for options\n\nring reduce-scatter - float\n" + "-" * 79 + "\n"
+               "/src/tests/comm/test_ring.cpp:98: FAILED:\n  {Unknown expression after the reported line}\n"
+               "due to a fatal error condition:\n  SIGTERM - Termination request signal\n")
+        self.assertEqual(grade.parse_failures(out)[0].test_case, "ring reduce-scatter - float")
+        # mpiexec's message box, then a blank line and the banner, before the real header
+        boxed = ("-" * 74 + "\nMPI_ABORT was invoked on rank 0 in communicator MPI_COMM_WORLD\nwith errorcode 3.\n\n"
+                 "NOTE: invoking MPI_ABORT causes Open MPI to kill all MPI processes.\nYou may or may not see output "
+                 "from other processes, depending on\nexactly when Open MPI kills them.\n" + "-" * 74 + "\n\n"
+                 + out[80:])
+        self.assertEqual(grade.parse_failures("-" * 79 + "\n" + boxed)[0].test_case, "ring reduce-scatter - float")
+
     def test_unwraps_messages(self):
         sys.path.insert(0, str(ROOT / "tools"))
         import grade
