@@ -9,7 +9,11 @@
 #      layernorm_backward) loses exactly the tests that cover layernorm_backward
 #                                                 (tools/grade.py 00 --student-dir ... --expect-lose)
 #      and one of lab 05 (one_f_one_b_order with a warm-up one forward short, p - r - 2) loses
-#      exactly the tests that cover one_f_one_b_order
+#      exactly the tests that cover one_f_one_b_order; likewise lab 00's matmul_backward with
+#      beta = 0 in the weight-gradient GEMM (overwrites instead of accumulating)
+#   5. forged submissions (tools/forged/lab00/*.cpp spliced into adamw_step of the reference: print
+#      Catch2's summary and exit 0, flood, fork a child, write the results file, ...) score 0 on
+#      every test that covers adamw_step, and full marks elsewhere
 # Environment (all optional):
 #   CI_LABS_BUILD   build directory root (default build/ci-labs); reference/ and skeleton/ under it
 #   CI_LABS_CMAKE   extra cmake arguments, e.g. "-DSCALELAB_CUDA=OFF -DSCALELAB_BUILD_BENCH=OFF"
@@ -95,17 +99,19 @@ step "4. a wrong solution loses exactly the tests that cover it"
 # wrong_solution LAB LAB_DIR NAME FILE FROM TO FUNCTION WHAT: the whole reference solution of LAB
 # as a submission (every file of labs/LAB_DIR taken from reference/), with FROM replaced by TO in
 # FILE (a literal line fragment); grading it must lose exactly the tests that cover FUNCTION.
+# PREPEND (optional): a file whose text goes at the top of FILE (the forged submissions' code).
 wrong_solution() {
-  local lab=$1 lab_dir=$2 name=$3 file=$4 from=$5 to=$6 function=$7 what=$8
+  local lab=$1 lab_dir=$2 name=$3 file=$4 from=$5 to=$6 function=$7 what=$8 prepend=${9:-/dev/null}
   local wrong=$build/wrong-$name
   rm -rf "$wrong"
   (cd "$root/labs/$lab_dir" && find . -name '*.cpp' -o -name '*.hpp') | while read -r rel; do
     mkdir -p "$wrong/$(dirname "$rel")" && cp "$root/reference/$rel" "$wrong/$rel"
   done
-  FROM=$from TO=$to "$py" - "$wrong/$file" <<'EOF_PY' || true
+  FROM=$from TO=$to "$py" - "$wrong/$file" "$prepend" <<'EOF_PY' || true
 import os, pathlib, sys
 p = pathlib.Path(sys.argv[1])
-p.write_text(p.read_text().replace(os.environ["FROM"], os.environ["TO"], 1))
+text = p.read_text().replace(os.environ["FROM"], os.environ["TO"], 1)
+p.write_text(pathlib.Path(sys.argv[2]).read_text() + text)
 EOF_PY
   if ! grep -qF -- "$to" "$wrong/$file"; then
     failures+=("the wrong solution of lab $lab was not made: $file no longer has '$from'")
@@ -121,6 +127,12 @@ if [[ " ${labs[*]} " == *" 00 "* ]]; then
   # One sign flipped.
   wrong_solution 00 00-naive layernorm model/layers/layernorm.cpp 'dbias[c] += d[c];' 'dbias[c] -= d[c];' \
     layernorm_backward "a wrong dbias in layernorm_backward"
+  # dweight overwritten (beta = 0) instead of accumulated: right whenever the gradient starts at
+  # zero, so only tests that start from non-zero gradients see it.
+  wrong_solution 00 00-naive matmul-beta0 model/layers/matmul.cpp \
+    'gemm<F>(true, false, OC, C, N, F(1), dout, OC, inp, C, F(1), dweight, C);' \
+    'gemm<F>(true, false, OC, C, N, F(1), dout, OC, inp, C, F(0), dweight, C);' \
+    matmul_backward "dweight overwritten (beta = 0) in matmul_backward"
 fi
 if [[ " ${labs[*]} " == *" 05 "* ]]; then
   # 1F1B's warm-up one forward short: still a valid order (no deadlock, the same gradients), but
@@ -128,6 +140,18 @@ if [[ " ${labs[*]} " == *" 05 "* ]]; then
   wrong_solution 05 05-pipeline 1f1b schedule/pipeline_schedule.cpp \
     'std::min(stages - rank - 1, micro_batches)' 'std::min(stages - rank - 2, micro_batches)' \
     one_f_one_b_order "a 1F1B warm-up one forward short"
+fi
+
+step "5. forged submissions earn nothing"
+# Each tools/forged/lab00/NAME.cpp defines forged(), called first thing in adamw_step of an
+# otherwise complete reference: the tests that cover adamw_step must all fail, the rest pass.
+# The same build directory as step 4: each one recompiles adamw.cpp and relinks two binaries.
+if [[ " ${labs[*]} " == *" 00 "* ]]; then
+  for forged in "$root"/tools/forged/lab00/*.cpp; do
+    name=$(basename "$forged" .cpp)
+    wrong_solution 00 00-naive "forged-$name" optim/adamw.cpp '// LAB 00 BEGIN adamw_step: section 5' \
+      $'// LAB 00 BEGIN adamw_step: section 5\n  forged();' adamw_step "the forged submission $name" "$forged"
+  done
 fi
 
 step "summary"
