@@ -236,7 +236,7 @@ double PipelineStrategy::evaluate(TrainModel& /*model*/, const int* inputs, cons
 
 void PipelineStrategy::save_checkpoint(const TrainCheckpoint& mine, const std::string& path) const {
   // Replica 0's pipeline ranks assemble params, m and v of the whole model by name on its first
-  // stage, which writes one checkpoint any layout can resume from (held_part). The step, the data
+  // stage, which writes one checkpoint any layout can resume from (held_values). The step, the data
   // position and the schedule are the same on every rank.
   if (grid_->coord().dp == 0) {
     Communicator& pp = grid_->pp();

@@ -65,6 +65,10 @@ void validate_layout(const TrainOptions& o, const GPTConfig& c) {
           "--pp " + str(p.pp) + " x " + str(shape.chunks) + " model chunks per rank need at least " +
               str(shape.model_stages()) + " layers, and the model has " + str(c.num_layers),
           "use fewer pipeline stages (or chunks), or a deeper model (--layers)");
+  require(p.tp <= c.num_heads, "tp",
+          "--tp " + str(p.tp) + " is more ranks than the model's " + str(c.num_heads) +
+              " attention heads (tensor parallelism gives each rank whole heads)",
+          "use --tp at most " + str(c.num_heads) + ", or a model with more --heads");
   require(c.num_heads % p.tp == 0, "tp",
           "--tp " + str(p.tp) + " does not divide the model's " + str(c.num_heads) + " heads",
           "choose a --tp that divides the head count (or change --heads)");
