@@ -26,12 +26,8 @@ void for_each_run(const ParamTensor& whole, TpSplit split, int t, int rank, cons
   const std::size_t R = rows_of(whole), K = cols_of(whole);
   const std::size_t r = static_cast<std::size_t>(rank), n = static_cast<std::size_t>(t);
   switch (split) {
-    case TpSplit::kReplicated:
-      copy(std::size_t{0}, std::size_t{0}, R * K);
-      return;
-    case TpSplit::kRows:
-      copy(r * (R / n) * K, std::size_t{0}, (R / n) * K);
-      return;
+    case TpSplit::kReplicated: copy(std::size_t{0}, std::size_t{0}, R * K); return;
+    case TpSplit::kRows: copy(r * (R / n) * K, std::size_t{0}, (R / n) * K); return;
     case TpSplit::kHeadRows: {  // q, k, v: C rows each; this rank's C/t of each
       const std::size_t third = R / 3, mine = third / n;
       for (std::size_t part = 0; part < 3; ++part) copy((part * third + r * mine) * K, part * mine * K, mine * K);
@@ -50,18 +46,11 @@ std::vector<std::size_t> local_shape(const ParamTensor& whole, TpSplit split, in
   std::vector<std::size_t> s = whole.shape;
   const std::size_t n = static_cast<std::size_t>(t);
   switch (split) {
-    case TpSplit::kReplicated:
-      break;
+    case TpSplit::kReplicated: break;
     case TpSplit::kRows:
-    case TpSplit::kHeadRows:
-      s[0] /= n;
-      break;
-    case TpSplit::kColumns:
-      s[1] /= n;
-      break;
-    case TpSplit::kVocabRows:
-      s[0] = static_cast<std::size_t>(vocab.local);
-      break;
+    case TpSplit::kHeadRows: s[0] /= n; break;
+    case TpSplit::kColumns: s[1] /= n; break;
+    case TpSplit::kVocabRows: s[0] = static_cast<std::size_t>(vocab.local); break;
   }
   return s;
 }
@@ -70,16 +59,11 @@ std::vector<std::size_t> local_shape(const ParamTensor& whole, TpSplit split, in
 
 const char* tp_split_name(TpSplit split) {
   switch (split) {
-    case TpSplit::kReplicated:
-      return "replicated";
-    case TpSplit::kRows:
-      return "rows";
-    case TpSplit::kHeadRows:
-      return "head rows";
-    case TpSplit::kColumns:
-      return "columns";
-    case TpSplit::kVocabRows:
-      return "vocabulary rows";
+    case TpSplit::kReplicated: return "replicated";
+    case TpSplit::kRows: return "rows";
+    case TpSplit::kHeadRows: return "head rows";
+    case TpSplit::kColumns: return "columns";
+    case TpSplit::kVocabRows: return "vocabulary rows";
   }
   return "?";
 }
@@ -89,7 +73,7 @@ TpSplit tp_split_of(const std::string& name) {
   if (ends_with(name, "attn.c_attn.weight") || ends_with(name, "attn.c_attn.bias")) return TpSplit::kHeadRows;
   if (ends_with(name, "mlp.c_fc.weight") || ends_with(name, "mlp.c_fc.bias")) return TpSplit::kRows;
   if (ends_with(name, "c_proj.weight")) return TpSplit::kColumns;  // attn.c_proj and mlp.c_proj
-  return TpSplit::kReplicated;  // wpe, LayerNorms, the c_proj biases
+  return TpSplit::kReplicated;                                     // wpe, LayerNorms, the c_proj biases
 }
 
 int VocabRange::real() const { return std::clamp(vocab - begin, 0, local); }

@@ -75,9 +75,9 @@ void TensorParallelModel::ensure_buffers(int B, int T) {
   const int t = tp_.size();
   const std::size_t N = static_cast<std::size_t>(B) * T;
   require(!tp_.sequence_parallel || N % static_cast<std::size_t>(t) == 0, "sequence_parallel",
-          "--sequence-parallel splits the " + std::to_string(N) + " token rows of a micro-batch (B x T = " +
-              std::to_string(B) + " x " + std::to_string(T) + ") over --tp " + std::to_string(t) +
-              " ranks, and they do not divide",
+          "--sequence-parallel splits the " + std::to_string(N) +
+              " token rows of a micro-batch (B x T = " + std::to_string(B) + " x " + std::to_string(T) +
+              ") over --tp " + std::to_string(t) + " ranks, and they do not divide",
           "choose a batch and sequence length whose product divides by --tp, or drop --sequence-parallel");
   dims_ = TpDims{B, T, config().channels, config().num_heads, t, tp_.sequence_parallel};
   acts_policy_ = policy_;
@@ -118,8 +118,8 @@ double TensorParallelModel::forward(const int* tokens, const int* targets, int B
   column_parallel_forward(tp_, head_.probs, head_.lnf, lnf, w_.wte, nullptr, static_cast<int>(N), C,
                           shard_.vocab().local);
   label("cross-entropy");
-  return vocab_parallel_cross_entropy_forward(tp_, head_.probs, head_.losses, head_.probs, targets,
-                                              shard_.vocab(), static_cast<int>(N));
+  return vocab_parallel_cross_entropy_forward(tp_, head_.probs, head_.losses, head_.probs, targets, shard_.vocab(),
+                                              static_cast<int>(N));
 }
 
 void TensorParallelModel::backward(double loss_scale) {
@@ -137,8 +137,8 @@ void TensorParallelModel::backward(double loss_scale) {
                      static_cast<int>(dims_.rows()), C);
   walk_blocks_backward(*this, policy_);
   label("embedding");
-  vocab_parallel_embedding_backward(tp_, g_.wte, g_.wpe, dres_, scratch_.full, tokens_.data(), shard_.vocab(),
-                                    dims_.B, dims_.T, C);
+  vocab_parallel_embedding_backward(tp_, g_.wte, g_.wpe, dres_, scratch_.full, tokens_.data(), shard_.vocab(), dims_.B,
+                                    dims_.T, C);
 }
 
 void TensorParallelModel::forward_block(int l, int slot, ActPlace x) {

@@ -42,8 +42,7 @@ void sum_sequence_parallel_grads(TpGroup& tp, const TpLayout& layout, float* gra
 class TensorParallelModel final : public TrainModel, private BlockRunner {
  public:
   // Rank tp_comm.rank() of tp_comm.size(); the communicator must outlive the model.
-  TensorParallelModel(const GPTConfig& config, Communicator& tp_comm, bool sequence_parallel,
-                      MemoryTracker* tracker);
+  TensorParallelModel(const GPTConfig& config, Communicator& tp_comm, bool sequence_parallel, MemoryTracker* tracker);
 
   const GPTConfig& config() const override { return shard_.config(); }
   const ParamLayout& layout() const override { return shard_.layout(); }
@@ -71,8 +70,11 @@ class TensorParallelModel final : public TrainModel, private BlockRunner {
   std::size_t block_forward_count() const override { return block_forwards_; }
   std::string precision_name() const override { return "fp32"; }
 
-  // The logits' softmax of the last forward, this rank's columns (N, Vl), for tests.
+  // The last forward's saved activations, for tests: the logits' softmax (this rank's columns,
+  // (N, Vl)), the embeddings' output (Nl, C) and block slot i's activations (dist/tp_block.hpp).
   const float* probs() const { return head_.probs; }
+  const float* encoded() const { return encoded_; }
+  const BlockActs<float>& block_acts(int slot) const { return blocks_.at(static_cast<std::size_t>(slot)); }
   const TpDims& dims() const { return dims_; }
 
  private:
@@ -101,16 +103,16 @@ class TensorParallelModel final : public TrainModel, private BlockRunner {
   TpDims dims_;
   Buffer<float> act_buffer_, scratch_buffer_;
   // Saved activations (in act_buffer_): the region's rows unless noted.
-  float* encoded_ = nullptr;         // (Nl, C) the embeddings' output
-  std::vector<float*> boundaries_;   // (Nl, C) segment inputs; [0] = encoded_
+  float* encoded_ = nullptr;        // (Nl, C) the embeddings' output
+  std::vector<float*> boundaries_;  // (Nl, C) segment inputs; [0] = encoded_
   std::vector<BlockActs<float>> blocks_;
-  float* final_input_ = nullptr;     // (Nl, C) ln_f's input
+  float* final_input_ = nullptr;  // (Nl, C) ln_f's input
   struct Head {
-    float* lnf = nullptr;        // (N, C)  ln_f's output, gathered: the LM head's whole input
-    float* lnf_mean = nullptr;   // (Nl)
-    float* lnf_rstd = nullptr;   // (Nl)
-    float* probs = nullptr;      // (N, Vl) this rank's columns of the softmax
-    float* losses = nullptr;     // (N)
+    float* lnf = nullptr;       // (N, C)  ln_f's output, gathered: the LM head's whole input
+    float* lnf_mean = nullptr;  // (Nl)
+    float* lnf_rstd = nullptr;  // (Nl)
+    float* probs = nullptr;     // (N, Vl) this rank's columns of the softmax
+    float* losses = nullptr;    // (N)
   } head_;
   // Workspace (in scratch_buffer_).
   TpBlockScratch scratch_;

@@ -48,7 +48,7 @@ struct TpCollective {
 struct TpGroup {
   Communicator* comm = nullptr;
   bool sequence_parallel = false;
-  std::string where;                // label for the next ledger entries (set by the model)
+  std::string where;                 // label for the next ledger entries (set by the model)
   std::vector<TpCollective> ledger;  // appended to by every collective below
 
   int size() const { return comm->size(); }

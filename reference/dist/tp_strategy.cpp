@@ -21,8 +21,7 @@ void refuse_unsupported(const TrainOptions& o) {
               ": tensor parallelism inside a pipeline stage is not built yet",
           "use --pp 1 with --tp");
   require(o.precision == "fp32", "precision",
-          tp + ": tensor-parallel shards run in fp32 in this build, and --precision " + o.precision +
-              " was asked for",
+          tp + ": tensor-parallel shards run in fp32 in this build, and --precision " + o.precision + " was asked for",
           "use --precision fp32 with --tp");
   require(o.device == "cpu", "device",
           tp + ": tensor-parallel shards run on the CPU in this build, and --device " + o.device + " was asked for",
@@ -66,8 +65,7 @@ std::string TensorParallelStrategy::describe() const {
 }
 
 std::unique_ptr<TrainModel> TensorParallelStrategy::make_model(const GPTConfig& config,
-                                                               const std::string& /*precision*/,
-                                                               MemoryTracker* tracker,
+                                                               const std::string& /*precision*/, MemoryTracker* tracker,
                                                                const TrainModelFactory& /*whole*/) {
   auto model = std::make_unique<TensorParallelModel>(config, grid_->tp(), sequence_parallel_, tracker);
   model_ = model.get();
@@ -92,12 +90,13 @@ double TensorParallelStrategy::run_micro_batches(TrainModel& model, const Global
   const int d = grid_->shape().dp, rows = batch.rows / d;
   const std::size_t offset = static_cast<std::size_t>(grid_->coord().dp) * rows * batch.T;
   // As in DDP, each replica's loss is scaled by 1/d, so the sum over replicas is the batch mean's gradient.
-  return accumulate_gradients(model, batch.inputs + offset, batch.targets + offset, rows, batch.T,
-                              batch.micro_batches, loss_scale / d);
+  return accumulate_gradients(model, batch.inputs + offset, batch.targets + offset, rows, batch.T, batch.micro_batches,
+                              loss_scale / d);
 }
 
 void TensorParallelStrategy::sync_gradients(TrainModel& /*model*/) {
   model_->finish_gradients();
+  step_ledger_ = model_->group().ledger;
   if (grid_->shape().dp > 1) grid_->dp().all_reduce(model_->grads(), model_->num_params(), ReduceOp::kSum);
   report_ = {};
   report_.bytes_sent = bytes_of(grid_->tp().stats(), tp_before_) + bytes_of(grid_->dp().stats(), dp_before_);
@@ -118,7 +117,7 @@ double TensorParallelStrategy::mean_loss(double local_loss) {
 std::string TensorParallelStrategy::report() const {
   // The last step's tensor-parallel collectives by kind, from the ledger.
   std::size_t calls[kCommOpCount] = {}, elements[kCommOpCount] = {};
-  for (const TpCollective& c : model_->group().ledger) {
+  for (const TpCollective& c : step_ledger_) {
     calls[static_cast<int>(c.op)] += 1;
     elements[static_cast<int>(c.op)] += c.elements;
   }

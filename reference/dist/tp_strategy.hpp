@@ -44,6 +44,9 @@ class TensorParallelStrategy final : public ParallelStrategy {
   void save_checkpoint(const TrainCheckpoint& checkpoint, const std::string& path) const override;
 
   ProcessGrid& grid() { return *grid_; }
+  // The tensor-parallel collectives of the last step's forwards and backwards (and, under
+  // sequence parallelism, its gradient sum), in order: validation forwards are not in it.
+  const std::vector<TpCollective>& step_ledger() const { return step_ledger_; }
   TensorParallelModel& shard_model() { return *model_; }
 
  private:
@@ -57,6 +60,7 @@ class TensorParallelStrategy final : public ParallelStrategy {
   TensorParallelModel* model_ = nullptr;  // the model make_model built (owned by the trainer)
   CommStats tp_before_, dp_before_;
   StepCommReport report_;
+  std::vector<TpCollective> step_ledger_;
 };
 
 }  // namespace scalelab

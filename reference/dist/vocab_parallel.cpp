@@ -39,9 +39,8 @@ void vocab_parallel_embedding_forward(TpGroup& tp, float* out, float* partial, c
   }
 }
 
-void vocab_parallel_embedding_backward(TpGroup& tp, float* dwte_local, float* dwpe, const float* dout,
-                                       float* dout_full, const int* tokens, const VocabRange& vocab, int B, int T,
-                                       int C) {
+void vocab_parallel_embedding_backward(TpGroup& tp, float* dwte_local, float* dwpe, const float* dout, float* dout_full,
+                                       const int* tokens, const VocabRange& vocab, int B, int T, int C) {
   const std::size_t N = static_cast<std::size_t>(B) * T;
   const std::size_t first = tp.first_row(N), rows = tp.local_rows(N);
   for (std::size_t i = 0; i < rows; ++i) {  // wpe: replicated, fed by this rank's rows

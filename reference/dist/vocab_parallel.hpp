@@ -28,9 +28,8 @@ void vocab_parallel_embedding_forward(TpGroup& tp, float* out, float* partial, c
                                       int C);
 // dwte_local (Vl, C) += rows of this rank's tokens; dwpe (maxT, C) += this rank's token rows
 // (a partial sum under sequence parallelism); dout (local rows, C); dout_full (N, C) scratch.
-void vocab_parallel_embedding_backward(TpGroup& tp, float* dwte_local, float* dwpe, const float* dout,
-                                       float* dout_full, const int* tokens, const VocabRange& vocab, int B, int T,
-                                       int C);
+void vocab_parallel_embedding_backward(TpGroup& tp, float* dwte_local, float* dwpe, const float* dout, float* dout_full,
+                                       const int* tokens, const VocabRange& vocab, int B, int T, int C);
 
 // probs (N, Vl) = this rank's columns of softmax(logits) (may alias logits), losses (N) and the
 // mean loss, the same on every rank. targets (N), global ids < V.
