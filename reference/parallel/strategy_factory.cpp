@@ -1,4 +1,4 @@
-// The registry of parallel strategies. A stage adds its strategy here, nowhere else.
+// The registry of parallel strategies. A stage adds its strategy here, nowhere else (05 pipeline, 06 tensor parallel).
 #include "parallel/strategy_factory.hpp"
 
 #include "core/error.hpp"
