@@ -255,7 +255,8 @@ void add_ladder_command(CLI::App& app) {
       else if (row["stage"] == "06")
         std::printf(
             "stage 06: each rank sent %.1f MB per step in its all-gathers, reduce-scatters and all-reduces "
-            "(per block and pass: 2 all-gathers, 2 reduce-scatters; the ledger: scalelab train --tp %d --sequence-parallel)\n",
+            "(per block and pass: 2 all-gathers, 2 reduce-scatters; the ledger: scalelab train --tp %d "
+            "--sequence-parallel)\n",
             row["comm_bytes_per_step"].get<double>() / 1e6, row["ranks"].get<int>());
       else if (row.contains("comm_hidden_fraction"))
         std::printf(

@@ -109,11 +109,13 @@ TEST_CASE("tensor-parallel loss, gradients and updates equal stage 01", "[graded
     }
 }
 
-TEST_CASE("the embedding and ln_1 are bit for bit, column-parallel outputs the whole layer's columns", "[graded][tp_bitwise]") {
+TEST_CASE("the embedding and ln_1 are bit for bit, column-parallel outputs the whole layer's columns",
+          "[graded][tp_bitwise]") {
   Communicator& world = test_world();
   const int t = world.size();
   const Batch batch = random_batch(kShape.V, kBatch, kShape.T, 4);
-  const prior::ForwardSnapshot want = prior::stage00_forward(kShape, kSeed, batch.tokens, batch.targets, kBatch, kShape.T);
+  const prior::ForwardSnapshot want = prior::stage00_forward(kShape, kSeed, batch.tokens, batch.targets, kBatch,
+                                                             kShape.T);
   for (bool sp : {false, true}) {
     if (sp && t == 1) continue;
     INFO(where(world) << ", t " << t << ", " << mode(sp));
@@ -125,8 +127,8 @@ TEST_CASE("the embedding and ln_1 are bit for bit, column-parallel outputs the w
     CHECK_MATCH(compare_bitwise("embedding output (this rank's rows)", h.shard().encoded(),
                                 want.encoded.data() + first * C, d.rows() * C));
     const BlockActs<float>& a = h.shard().block_acts(0);
-    CHECK_MATCH(compare_bitwise("block 0 ln_1 (all rows, gathered under sequence parallelism)", a.ln1,
-                                want.ln1.data(), N * C));
+    CHECK_MATCH(
+        compare_bitwise("block 0 ln_1 (all rows, gathered under sequence parallelism)", a.ln1, want.ln1.data(), N * C));
     // This rank's heads: columns [r Cl, (r+1) Cl) of q, of k and of v, and of the attention output.
     std::vector<float> qkv_cols, atty_cols;
     for (std::size_t i = 0; i < N; ++i) {
@@ -137,10 +139,10 @@ TEST_CASE("the embedding and ln_1 are bit for bit, column-parallel outputs the w
       const float* row = want.atty.data() + i * C + r * Cl;
       atty_cols.insert(atty_cols.end(), row, row + Cl);
     }
-    CHECK_MATCH(compare_close("block 0 c_attn output, this rank's heads", a.qkv, qkv_cols.data(), N * 3 * Cl, 1e-5,
-                              1e-7));
-    CHECK_MATCH(compare_close("block 0 attention output, this rank's heads", a.atty, atty_cols.data(), N * Cl, 1e-5,
-                              1e-7));
+    CHECK_MATCH(
+        compare_close("block 0 c_attn output, this rank's heads", a.qkv, qkv_cols.data(), N * 3 * Cl, 1e-5, 1e-7));
+    CHECK_MATCH(
+        compare_close("block 0 attention output, this rank's heads", a.atty, atty_cols.data(), N * Cl, 1e-5, 1e-7));
     // The softmax over the padded vocabulary: this rank's real columns of the whole softmax.
     const VocabRange& v = h.shard().shard().vocab();
     std::vector<float> probs_cols;
@@ -191,7 +193,8 @@ TEST_CASE("the vocab-parallel cross-entropy equals stage 00's on the whole vocab
   const float want = crossentropy_forward(probs.data(), losses.data(), logits.data(), targets.data(), N, V);
   std::vector<float> mine(static_cast<std::size_t>(N) * v.local, -1e30f), my_probs(mine.size()), my_losses(N);
   for (int i = 0; i < N; ++i)
-    std::copy(logits.begin() + i * V + v.begin, logits.begin() + i * V + v.begin + v.real(), mine.begin() + i * v.local);
+    std::copy(logits.begin() + i * V + v.begin, logits.begin() + i * V + v.begin + v.real(),
+              mine.begin() + i * v.local);
   const float got = vocab_parallel_cross_entropy_forward(tp, my_probs.data(), my_losses.data(), mine.data(),
                                                          targets.data(), v, N);
   INFO(where(world) << ": mean loss " << got << ", stage 00's " << want);
@@ -287,7 +290,7 @@ namespace {
 std::size_t params_formula(int t) {
   const std::size_t C = kShape.C, T = kShape.T, L = kShape.L, n = static_cast<std::size_t>(t);
   const std::size_t Vl = (kShape.V + n - 1) / n;
-  const std::size_t block = 4 * C                 // ln_1, ln_2 (replicated)
+  const std::size_t block = 4 * C                      // ln_1, ln_2 (replicated)
                             + (3 * C * C + 3 * C) / n  // c_attn (heads)
                             + C * C / n + C            // attn.c_proj (columns) + bias (replicated)
                             + (4 * C * C + 4 * C) / n  // c_fc (rows)
@@ -361,8 +364,8 @@ TEST_CASE("checkpointing recomputes the same tensor-parallel gradients, bit for 
       INFO(where(world) << ", t " << t << ", " << mode(sp) << ", --checkpoint " << policy);
       TpHarness h(world, config(), t, sp, 1, kBatch, kShape.T, kSeed, CheckpointPolicy::parse(policy));
       h.forward_backward(batch.tokens, batch.targets);
-      CHECK_MATCH(compare_bitwise("gradients", h.model->fp32_grads(), plain.model->fp32_grads(),
-                                  h.model->num_params()));
+      CHECK_MATCH(
+          compare_bitwise("gradients", h.model->fp32_grads(), plain.model->fp32_grads(), h.model->num_params()));
       CHECK(h.tracker.peak(MemCategory::kActivations) <= plain.tracker.peak(MemCategory::kActivations));
     }
   }

@@ -64,8 +64,8 @@ struct TpHarness {
     tp().all_gather(local, all.data(), all.size(), scalelab::DataType::kFloat32);
     std::vector<float> whole(mine.whole().num_params(), 0.0f);
     for (int r = 0; r < tp().size(); ++r)
-      scalelab::TpLayout(mine.config(), tp().size(), r).unshard(all.data() + n * static_cast<std::size_t>(r),
-                                                                 whole.data());
+      scalelab::TpLayout(mine.config(), tp().size(), r)
+          .unshard(all.data() + n * static_cast<std::size_t>(r), whole.data());
     return whole;
   }
 };
