@@ -15,31 +15,34 @@ bool ends_with(const std::string& s, const char* suffix) {
   return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
 }
 
-// A tensor as a (rows, cols) matrix: nn.Linear's (out, in); a vector is (n, 1).
-std::size_t rows_of(const ParamTensor& t) { return t.shape[0]; }
-std::size_t cols_of(const ParamTensor& t) { return t.shape.size() > 1 ? t.shape[1] : 1; }
+// A row range [begin, end) of a tensor: a TensorShard along dim 0.
+TensorShard row_range(const ParamTensor& tensor, std::size_t begin, std::size_t end) {
+  return TensorShard{tensor.name, tensor.shape, 0, begin, end};
+}
 
-// Calls copy(whole_row, local_row, count) for every run of consecutive elements the rank holds:
-// the one place that knows where a shard's elements sit in the whole tensor.
-template <typename Copy>
-void for_each_run(const ParamTensor& whole, TpSplit split, int t, int rank, const VocabRange& vocab, Copy copy) {
-  const std::size_t R = rows_of(whole), K = cols_of(whole);
-  const std::size_t r = static_cast<std::size_t>(rank), n = static_cast<std::size_t>(t);
+// The pieces of `whole` that rank `rank` of t holds, with their offsets inside the rank's tensor
+// (row-major in the local shape).
+std::vector<std::pair<TensorShard, std::size_t>> pieces_of(const ParamTensor& whole, TpSplit split, int t, int rank,
+                                                           const VocabRange& vocab) {
   switch (split) {
-    case TpSplit::kReplicated: copy(std::size_t{0}, std::size_t{0}, R * K); return;
-    case TpSplit::kRows: copy(r * (R / n) * K, std::size_t{0}, (R / n) * K); return;
-    case TpSplit::kHeadRows: {  // q, k, v: C rows each; this rank's C/t of each
-      const std::size_t third = R / 3, mine = third / n;
-      for (std::size_t part = 0; part < 3; ++part) copy((part * third + r * mine) * K, part * mine * K, mine * K);
-      return;
+    case TpSplit::kReplicated: return {{whole_tensor(whole), 0}};
+    case TpSplit::kRows: return {{shard_rows(whole, rank, t), 0}};
+    case TpSplit::kColumns: return {{shard_cols(whole, rank, t), 0}};
+    case TpSplit::kHeadRows: {  // q, k, v: C rows each; this rank's C/t rows of each
+      const std::size_t third = whole.shape[0] / 3, mine = third / static_cast<std::size_t>(t);
+      const std::size_t first = static_cast<std::size_t>(rank) * mine, row = whole.numel / whole.shape[0];
+      std::vector<std::pair<TensorShard, std::size_t>> p;
+      for (std::size_t part = 0; part < 3; ++part)
+        p.push_back({row_range(whole, part * third + first, part * third + first + mine), part * mine * row});
+      return p;
     }
-    case TpSplit::kColumns:
-      for (std::size_t row = 0; row < R; ++row) copy(row * K + r * (K / n), row * (K / n), K / n);
-      return;
-    case TpSplit::kVocabRows:
-      copy(static_cast<std::size_t>(vocab.begin) * K, std::size_t{0}, static_cast<std::size_t>(vocab.real()) * K);
-      return;
+    case TpSplit::kVocabRows: {  // the real rows of the range; the padding rows after them are no piece
+      if (vocab.real() == 0) return {};
+      const std::size_t begin = static_cast<std::size_t>(vocab.begin);
+      return {{row_range(whole, begin, begin + static_cast<std::size_t>(vocab.real())), 0}};
+    }
   }
+  return {};
 }
 
 std::vector<std::size_t> local_shape(const ParamTensor& whole, TpSplit split, int t, const VocabRange& vocab) {
@@ -107,25 +110,20 @@ TpLayout::TpLayout(const GPTConfig& config, int t, int rank)
     mine.push_back(std::move(p));
   }
   local_ = ParamLayout::packed(std::move(mine));
+  for (std::size_t i = 0; i < splits_.size(); ++i)
+    for (auto& [shard, at] : pieces_of(whole_.tensors()[i], splits_[i], t, rank, vocab_))
+      pieces_.push_back(Piece{std::move(shard), whole_.tensors()[i].offset, local_.tensors()[i].offset + at});
 }
 
 void TpLayout::shard(const float* whole, float* local) const {
   std::fill(local, local + local_.num_params(), 0.0f);  // the vocabulary padding
-  for (std::size_t i = 0; i < splits_.size(); ++i) {
-    const float* from = whole + whole_.tensors()[i].offset;
-    float* to = local + local_.tensors()[i].offset;
-    for_each_run(whole_.tensors()[i], splits_[i], t_, rank_, vocab_,
-                 [&](std::size_t w, std::size_t l, std::size_t n) { std::copy(from + w, from + w + n, to + l); });
-  }
+  for (const Piece& p : pieces_) copy_shard_out(p.shard, whole + p.whole_offset, local + p.local_offset);
 }
 
-void TpLayout::unshard(const float* local, float* whole) const {
-  for (std::size_t i = 0; i < splits_.size(); ++i) {
-    const float* from = local + local_.tensors()[i].offset;
-    float* to = whole + whole_.tensors()[i].offset;
-    for_each_run(whole_.tensors()[i], splits_[i], t_, rank_, vocab_,
-                 [&](std::size_t w, std::size_t l, std::size_t n) { std::copy(from + l, from + l + n, to + w); });
-  }
+std::vector<HeldTensor> TpLayout::held(const float* local) const {
+  std::vector<HeldTensor> h;
+  for (const Piece& p : pieces_) h.push_back({p.shard, local + p.local_offset});
+  return h;
 }
 
 std::size_t TpLayout::replicated_elements() const {

@@ -12,14 +12,18 @@
 //
 // A rank's tensors keep their nanoGPT names, in nanoGPT's order, with their local shapes, packed
 // into one flat buffer (ParamLayout::packed): bucketing, AdamW and checkpoints see ranges as
-// ever. shard() and unshard() move values between the whole model's layout and a rank's.
+// ever. Where each part sits in the whole tensor is said once, as model/shard.hpp's TensorShards
+// (pieces()): shard() copies them out of the whole model, held() hands them to
+// dist/gather_weights.hpp, which assembles the whole model from every rank's.
 #pragma once
 
 #include <cstddef>
 #include <vector>
 
+#include "dist/gather_weights.hpp"
 #include "model/config.hpp"
 #include "model/params.hpp"
+#include "model/shard.hpp"
 
 namespace scalelab {
 
@@ -60,11 +64,21 @@ class TpLayout {
   TpSplit split(std::size_t i) const { return splits_[i]; }
   const VocabRange& vocab() const { return vocab_; }
 
+  // One piece of a whole tensor that this rank holds, and where it starts in the rank's buffer.
+  // A tensor is one piece (whole, rows or columns), three for c_attn (its q, k and v rows), and
+  // wte's real rows (none on a rank whose range is all padding).
+  struct Piece {
+    TensorShard shard;
+    std::size_t whole_offset = 0;  // the whole tensor's offset in whole()
+    std::size_t local_offset = 0;  // the piece's offset in layout()'s buffer
+  };
+  const std::vector<Piece>& pieces() const { return pieces_; }
+
   // local (layout() order) = this rank's part of whole (whole() order); padding rows zero.
   void shard(const float* whole, float* local) const;
-  // Writes this rank's part of `local` into `whole` (padding rows dropped). With every rank's
-  // part written, whole is the whole model: unshard is shard's inverse.
-  void unshard(const float* local, float* whole) const;
+  // This rank's pieces of `local` (laid out like layout()), as gather_whole_model and
+  // gather_and_save_weights take them.
+  std::vector<HeldTensor> held(const float* local) const;
   // Elements of the replicated tensors (what sequence parallelism sums across ranks).
   std::size_t replicated_elements() const;
 
@@ -73,6 +87,7 @@ class TpLayout {
   int t_, rank_;
   ParamLayout whole_, local_;
   std::vector<TpSplit> splits_;
+  std::vector<Piece> pieces_;
   VocabRange vocab_;
 };
 

@@ -5,8 +5,7 @@
 
 #include "core/error.hpp"
 #include "dist/ddp.hpp"
-#include "io/checkpoint.hpp"
-#include "io/safetensors.hpp"
+#include "dist/gather_weights.hpp"
 #include "train/accumulate.hpp"
 
 namespace scalelab {
@@ -20,12 +19,7 @@ void refuse_unsupported(const TrainOptions& o) {
           tp + " with --pp " + std::to_string(o.parallel.pp) +
               ": tensor parallelism inside a pipeline stage is not built yet",
           "use --pp 1 with --tp");
-  require(o.precision == "fp32", "precision",
-          tp + ": tensor-parallel shards run in fp32 in this build, and --precision " + o.precision + " was asked for",
-          "use --precision fp32 with --tp");
-  require(o.device == "cpu", "device",
-          tp + ": tensor-parallel shards run on the CPU in this build, and --device " + o.device + " was asked for",
-          "use --device cpu with --tp");
+  require_cpu_fp32(o, tp, "--tp", "tensor-parallel shards");
 }
 
 std::uint64_t bytes_of(const CommStats& now, const CommStats& before) {
@@ -145,34 +139,17 @@ std::vector<float> TensorParallelStrategy::held_values(const TrainModel& /*model
   return mine;
 }
 
-std::vector<float> TensorParallelStrategy::gather_whole(const float* local) const {
-  Communicator& tp = grid_->tp();
-  const TpLayout& shard = model_->shard();
-  const std::size_t n = shard.layout().num_params();  // the same on every tp rank
-  std::vector<float> all(n * static_cast<std::size_t>(tp.size()));
-  tp.all_gather(local, all.data(), all.size(), DataType::kFloat32);
-  if (tp.rank() != 0) return {};
-  std::vector<float> whole(shard.whole().num_params());
-  for (int r = 0; r < tp.size(); ++r)
-    TpLayout(shard.config(), tp.size(), r).unshard(all.data() + n * static_cast<std::size_t>(r), whole.data());
-  return whole;
-}
-
 void TensorParallelStrategy::save_weights(const TrainModel& model, const std::string& path) const {
-  if (grid_->coord().dp == 0) {
-    const std::vector<float> whole = gather_whole(model.master_params());
-    if (grid_->coord().tp == 0) scalelab::save_weights(path, model.config(), whole.data());
-  }
+  // Replica 0's tp group assembles the whole model from every rank's pieces; its rank 0 writes.
+  if (grid_->coord().dp == 0)
+    gather_and_save_weights(grid_->tp(), path, model.config(), model_->shard().held(model.master_params()));
   world_.barrier();  // the file is complete when any rank returns
 }
 
 void TensorParallelStrategy::save_checkpoint(const TrainCheckpoint& mine, const std::string& path) const {
   if (grid_->coord().dp == 0) {
-    TrainCheckpoint whole = mine;
-    whole.params = gather_whole(mine.params.data());
-    whole.adam_m = gather_whole(mine.adam_m.data());
-    whole.adam_v = gather_whole(mine.adam_v.data());
-    if (grid_->coord().tp == 0) scalelab::save_checkpoint(path, whole);
+    const TpLayout& shard = model_->shard();
+    gather_and_save_checkpoint(grid_->tp(), mine, path, [&](const float* values) { return shard.held(values); });
   }
   world_.barrier();
 }

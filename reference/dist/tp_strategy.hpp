@@ -50,10 +50,6 @@ class TensorParallelStrategy final : public ParallelStrategy {
   TensorParallelModel& shard_model() { return *model_; }
 
  private:
-  // The whole model's values in ParamLayout(config) order on tp rank 0 (empty elsewhere), from
-  // every tp rank's `local` (collective over the tp group).
-  std::vector<float> gather_whole(const float* local) const;
-
   Communicator& world_;
   std::unique_ptr<ProcessGrid> grid_;
   bool sequence_parallel_ = false;

@@ -67,10 +67,8 @@ float vocab_parallel_cross_entropy_forward(TpGroup& tp, float* probs, float* los
   tp_all_reduce(tp, maxv.data(), rows, ReduceOp::kMax);
   // 2. The target's logit: from the one rank whose range holds it (0 from the others). Read
   //    before the exponentials overwrite the logits (probs may alias them).
-  for (std::size_t i = 0; i < rows; ++i) {
-    const int j = targets[i] - vocab.begin;
-    target_logit[i] = j >= 0 && j < real ? logits[i * Vl + j] : 0.0f;
-  }
+  for (std::size_t i = 0; i < rows; ++i)
+    target_logit[i] = holds(vocab, targets[i]) ? logits[i * Vl + (targets[i] - vocab.begin)] : 0.0f;
   tp_all_reduce(tp, target_logit.data(), rows, ReduceOp::kSum);
   // 3. exp(z - max) on the real columns, 0 on the padding; the sum over all ranks' columns.
   for (std::size_t i = 0; i < rows; ++i) {
@@ -99,9 +97,8 @@ void vocab_parallel_cross_entropy_backward(float* dlogits, const float* probs, c
   for (std::size_t i = 0; i < static_cast<std::size_t>(N); ++i) {
     const float* p = probs + i * Vl;
     float* d = dlogits + i * Vl;
-    for (int j = 0; j < Vl; ++j) d[j] = p[j] * dloss;  // padding: probability 0, gradient 0
-    const int j = targets[i] - vocab.begin;
-    if (j >= 0 && j < vocab.real()) d[j] -= dloss;  // the target's column is on this rank
+    for (int j = 0; j < Vl; ++j) d[j] = p[j] * dloss;                    // padding: probability 0, gradient 0
+    if (holds(vocab, targets[i])) d[targets[i] - vocab.begin] -= dloss;  // the target's column is on this rank
   }
   // LAB 06 END
 }

@@ -127,6 +127,16 @@ void TrainOptions::validate(int world_size) const {
   check_batch_split(batch, d, m);
 }
 
+void require_cpu_fp32(const TrainOptions& o, const std::string& flag, const std::string& name,
+                      const std::string& what) {
+  require(o.precision == "fp32", "precision",
+          flag + ": " + what + " run in fp32 in this build, and --precision " + o.precision + " was asked for",
+          "use --precision fp32 with " + name);
+  require(o.device == "cpu", "device",
+          flag + ": " + what + " run on the CPU in this build, and --device " + o.device + " was asked for",
+          "use --device cpu with " + name);
+}
+
 void check_batch_split(int batch, int ranks, int micro_batches) {
   require(batch % (ranks * micro_batches) == 0, "batch",
           str(batch) + " rows do not split into " + str(ranks) + " ranks x " + str(micro_batches) + " micro-batches",
