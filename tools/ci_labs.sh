@@ -9,8 +9,10 @@
 #      layernorm_backward) loses exactly the tests that cover layernorm_backward
 #                                                 (tools/grade.py 00 --student-dir ... --expect-lose)
 #      and one of lab 05 (one_f_one_b_order with a warm-up one forward short, p - r - 2) loses
-#      exactly the tests that cover one_f_one_b_order; likewise lab 00's matmul_backward with
-#      beta = 0 in the weight-gradient GEMM (overwrites instead of accumulating)
+#      exactly the tests that cover one_f_one_b_order, and one of lab 06 (sequence parallelism
+#      without the sum of the replicated gradients) those that cover sum_sequence_parallel_grads;
+#      likewise lab 00's matmul_backward with beta = 0 in the weight-gradient GEMM (overwrites
+#      instead of accumulating)
 #   5. forged submissions (tools/forged/lab00/*.cpp spliced into adamw_step of the reference: print
 #      Catch2's summary and exit 0, flood, fork a child, write the results file, ...) score 0 on
 #      every test that covers adamw_step, and full marks elsewhere
@@ -140,6 +142,12 @@ if [[ " ${labs[*]} " == *" 05 "* ]]; then
   wrong_solution 05 05-pipeline 1f1b schedule/pipeline_schedule.cpp \
     'std::min(stages - rank - 1, micro_batches)' 'std::min(stages - rank - 2, micro_batches)' \
     one_f_one_b_order "a 1F1B warm-up one forward short"
+fi
+if [[ " ${labs[*]} " == *" 06 "* ]]; then
+  # Sequence parallelism without the sum of the replicated gradients: runs, trains, and is wrong.
+  wrong_solution 06 06-tensor-parallel sp-sum dist/tp_grad_sync.cpp \
+    'tp_all_reduce(tp, staging.data(), staging.size(), ReduceOp::kSum);' '(void)tp;  // the sum forgotten' \
+    sum_sequence_parallel_grads "sequence parallelism without the LayerNorm gradient sum"
 fi
 
 step "5. forged submissions earn nothing"

@@ -36,6 +36,7 @@ LAB_DIRS = {
     "03": "03-mixed-precision",
     "04": "04-data-parallel",
     "05": "05-pipeline",
+    "06": "06-tensor-parallel",
 }
 
 SOURCE_SUFFIXES = {".cpp", ".cc", ".cu"}             # swapped per lab by CMake: markers allowed

@@ -61,6 +61,12 @@ std::vector<Rung> all_rungs(int accum, int ranks) {
          o.parallel.schedule = "1f1b";
          o.threads = 1;
        }},
+      {"06", "tensor parallel x" + std::to_string(ranks) + " + SP", ranks,
+       [ranks](TrainOptions& o) {
+         o.parallel.tp = ranks;
+         o.parallel.sequence_parallel = true;
+         o.threads = 1;
+       }},
   };
 }
 
@@ -150,7 +156,7 @@ void add_ladder_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--stages", *stages, "Comma-separated stage numbers to run (e.g. 00,02), or all")
       ->capture_default_str();
-  cmd->add_option("--ranks", *ranks, "Processes for the multi-rank rungs (stages 04 and 05; started with mpirun)")
+  cmd->add_option("--ranks", *ranks, "Processes for the multi-rank rungs (stages 04-06; started with mpirun)")
       ->capture_default_str();
   cmd->callback([=] {
     const TrainOptions base = flags->finish();
@@ -246,6 +252,12 @@ void add_ladder_command(CLI::App& app) {
             "and its half of the tied-embedding exchange (the schedule: scalelab schedule --pp %d --micro-batches "
             "%d)\n",
             row["comm_bytes_per_step"].get<double>() / 1e6, row["ranks"].get<int>(), *accum);
+      else if (row["stage"] == "06")
+        std::printf(
+            "stage 06: each rank sent %.1f MB per step in its all-gathers, reduce-scatters and all-reduces "
+            "(per block and pass: 2 all-gathers, 2 reduce-scatters; the ledger: scalelab train --tp %d "
+            "--sequence-parallel)\n",
+            row["comm_bytes_per_step"].get<double>() / 1e6, row["ranks"].get<int>());
       else if (row.contains("comm_hidden_fraction"))
         std::printf(
             "stage %s: each rank sent %.1f MB per step in its all-reduces; %.0f%% of the all-reduce time was "

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "io/checkpoint.hpp"
 #include "io/safetensors.hpp"
 
 namespace scalelab {
@@ -175,6 +176,19 @@ void gather_and_save_weights(Communicator& comm, const std::string& path, const 
                              const std::vector<HeldTensor>& held) {
   gather_whole_model(comm, config, held, "weights '" + path + "'",
                      [&](const float* values) { save_weights(path, config, values); });
+}
+
+void gather_and_save_checkpoint(Communicator& comm, const TrainCheckpoint& mine, const std::string& path,
+                                const std::function<std::vector<HeldTensor>(const float*)>& held_of) {
+  TrainCheckpoint whole = mine;
+  whole.params = gather_whole_model(comm, mine.config, held_of(mine.params.data()),
+                                    "checkpoint '" + path + "' (parameters)");
+  whole.adam_m = gather_whole_model(comm, mine.config, held_of(mine.adam_m.data()),
+                                    "checkpoint '" + path + "' (AdamW m)");
+  gather_whole_model(comm, mine.config, held_of(mine.adam_v.data()), "checkpoint '" + path + "'", [&](const float* v) {
+    whole.adam_v.assign(v, v + whole.params.size());
+    save_checkpoint(path, whole);
+  });
 }
 
 }  // namespace scalelab

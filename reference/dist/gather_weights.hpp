@@ -16,6 +16,8 @@
 
 namespace scalelab {
 
+struct TrainCheckpoint;
+
 // One tensor, or one shard of it, that a rank contributes.
 struct HeldTensor {
   TensorShard shard;            // which tensor and which part (whole_tensor() for an unsplit one)
@@ -37,5 +39,12 @@ void gather_and_save_weights(Communicator& comm, const std::string& path, const 
 // other ranks get an empty vector. `what` names the array in the error every rank throws.
 std::vector<float> gather_whole_model(Communicator& comm, const GPTConfig& config, const std::vector<HeldTensor>& held,
                                       const std::string& what, const std::function<void(const float*)>& use = {});
+
+// A training checkpoint of a model spread over comm, written by rank 0 as one whole-model file
+// that any layout resumes from: params, AdamW m and v assembled as above (held_of(values) is this
+// rank's contribution of an array laid out like its parameters), the rest as `mine` has it
+// (the step, the data position: the same on every rank). Collective over comm.
+void gather_and_save_checkpoint(Communicator& comm, const TrainCheckpoint& mine, const std::string& path,
+                                const std::function<std::vector<HeldTensor>(const float*)>& held_of);
 
 }  // namespace scalelab

@@ -24,12 +24,7 @@ void refuse_unsupported(const TrainOptions& o) {
           pp + " with --tp " + std::to_string(o.parallel.tp) +
               ": tensor parallelism inside a pipeline stage is not built yet",
           "use --tp 1 with a pipeline");
-  require(o.precision == "fp32", "precision",
-          pp + ": pipeline stages run in fp32 in this build, and --precision " + o.precision + " was asked for",
-          "use --precision fp32 with --pp");
-  require(o.device == "cpu", "device",
-          pp + ": pipeline stages run on the CPU in this build, and --device " + o.device + " was asked for",
-          "use --device cpu with --pp");
+  require_cpu_fp32(o, pp, "--pp", "pipeline stages");
   require(o.parallel.schedule != "zb-h1" || o.checkpoint.kind == CheckpointPolicy::Kind::kNone, "checkpoint",
           "--schedule zb-h1 defers weight gradients that read the saved activations, and --checkpoint " +
               o.checkpoint.describe() + " recomputes them",
@@ -236,21 +231,12 @@ double PipelineStrategy::evaluate(TrainModel& /*model*/, const int* inputs, cons
 
 void PipelineStrategy::save_checkpoint(const TrainCheckpoint& mine, const std::string& path) const {
   // Replica 0's pipeline ranks assemble params, m and v of the whole model by name on its first
-  // stage, which writes one checkpoint any layout can resume from (held_part). The step, the data
+  // stage, which writes one checkpoint any layout can resume from (held_values). The step, the data
   // position and the schedule are the same on every rank.
   if (grid_->coord().dp == 0) {
-    Communicator& pp = grid_->pp();
     const ParamLayout& layout = stage_->layout();
-    TrainCheckpoint whole = mine;
-    whole.params = gather_whole_model(pp, mine.config, held_tensors(layout, mine.params.data()),
-                                      "checkpoint '" + path + "' (parameters)");
-    whole.adam_m = gather_whole_model(pp, mine.config, held_tensors(layout, mine.adam_m.data()),
-                                      "checkpoint '" + path + "' (AdamW m)");
-    gather_whole_model(pp, mine.config, held_tensors(layout, mine.adam_v.data()), "checkpoint '" + path + "'",
-                       [&](const float* v) {
-                         whole.adam_v.assign(v, v + whole.params.size());
-                         scalelab::save_checkpoint(path, whole);
-                       });
+    gather_and_save_checkpoint(grid_->pp(), mine, path,
+                               [&](const float* values) { return held_tensors(layout, values); });
   }
   world_.barrier();  // the file is complete when any rank returns
 }

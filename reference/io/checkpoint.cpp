@@ -172,26 +172,19 @@ TrainCheckpoint load_checkpoint(const std::string& path, const GPTConfig* expect
   return ck;
 }
 
-TrainCheckpoint held_part(const TrainCheckpoint& whole, const ParamLayout& held) {
-  if (whole.params.size() == held.num_params()) return whole;
-  const ParamLayout layout(whole.config);
-  require(whole.params.size() == layout.num_params(), "resume",
-          "the checkpoint holds " + std::to_string(whole.params.size()) + " parameters, config " + whole.config.name +
-              " has " + std::to_string(layout.num_params()),
+std::vector<float> held_by_name(const GPTConfig& config, const ParamLayout& held, const std::vector<float>& whole) {
+  const ParamLayout layout(config);
+  require(whole.size() == layout.num_params(), "resume",
+          "the checkpoint holds " + std::to_string(whole.size()) + " parameters, config " + config.name + " has " +
+              std::to_string(layout.num_params()),
           "resume from a checkpoint written by scalelab train --save-state for this config");
-  TrainCheckpoint part = whole;
-  auto take = [&](const std::vector<float>& from, std::vector<float>& to) {
-    to.assign(held.num_params(), 0.0f);
-    for (const auto& t : held.tensors()) {
-      const ParamTensor& w = layout.find(t.name);  // ConfigError naming a tensor the config lacks
-      std::copy(from.begin() + static_cast<std::ptrdiff_t>(w.offset),
-                from.begin() + static_cast<std::ptrdiff_t>(w.offset + w.numel),
-                to.begin() + static_cast<std::ptrdiff_t>(t.offset));
-    }
-  };
-  take(whole.params, part.params);
-  take(whole.adam_m, part.adam_m);
-  take(whole.adam_v, part.adam_v);
+  std::vector<float> part(held.num_params(), 0.0f);
+  for (const auto& t : held.tensors()) {
+    const ParamTensor& w = layout.find(t.name);  // ConfigError naming a tensor the config lacks
+    std::copy(whole.begin() + static_cast<std::ptrdiff_t>(w.offset),
+              whole.begin() + static_cast<std::ptrdiff_t>(w.offset + w.numel),
+              part.begin() + static_cast<std::ptrdiff_t>(t.offset));
+  }
   return part;
 }
 

@@ -33,9 +33,9 @@ void save_checkpoint(const std::string& path, const TrainCheckpoint& ckpt);
 // Strict load; when `expected` is given its shape must match the checkpoint's, else ConfigError
 // names the differing field ("checkpoint 'x' was saved for config mini (C=256) but ...").
 TrainCheckpoint load_checkpoint(const std::string& path, const GPTConfig* expected = nullptr);
-// The part of a whole-model checkpoint that a rank holding the tensors of `held` needs (a
-// pipeline stage, stage 05): params, m and v of those tensors by name, in held's order; the
-// rest unchanged. A checkpoint already laid out like `held` comes back as it is.
-TrainCheckpoint held_part(const TrainCheckpoint& whole, const ParamLayout& held);
+// The values of the tensors of `held` (a pipeline stage's, stage 05) by name, in held's order,
+// from whole-model values in ParamLayout(config) order (a checkpoint's params, m or v, or a weights
+// file's). ConfigError when whole is not the config's size or a name is not the config's.
+std::vector<float> held_by_name(const GPTConfig& config, const ParamLayout& held, const std::vector<float>& whole);
 
 }  // namespace scalelab

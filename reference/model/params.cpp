@@ -84,6 +84,18 @@ ParamLayout ParamLayout::concatenate(const std::vector<ParamLayout>& parts) {
   return all;
 }
 
+ParamLayout ParamLayout::packed(std::vector<ParamTensor> tensors) {
+  ParamLayout all;
+  for (ParamTensor& t : tensors) {
+    t.numel = 1;
+    for (std::size_t d : t.shape) t.numel *= d;
+    t.offset = all.total_;
+    all.total_ += t.numel;
+  }
+  all.tensors_ = std::move(tensors);
+  return all;
+}
+
 const ParamTensor* ParamLayout::find_if_held(const std::string& name) const {
   for (const auto& t : tensors_)
     if (t.name == name) return &t;

@@ -36,6 +36,9 @@ class ParamLayout {
   // The tensors of several layouts one after the other, offsets shifted to one flat buffer (a
   // pipeline rank's model chunks, stage 05). Throws ConfigError when a name repeats.
   static ParamLayout concatenate(const std::vector<ParamLayout>& parts);
+  // Tensors of any shapes (a tensor-parallel shard's, stage 06), packed in the order given: each
+  // tensor's offset is recomputed and numel is the product of its shape.
+  static ParamLayout packed(std::vector<ParamTensor> tensors);
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   std::size_t num_params() const { return total_; }
   // The tensor with this name; throws ConfigError naming it when absent.

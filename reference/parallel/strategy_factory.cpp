@@ -1,8 +1,9 @@
-// The registry of parallel strategies. A stage adds its strategy here, nowhere else.
+// The registry of parallel strategies. A stage adds its strategy here, nowhere else (05 pipeline, 06 tensor parallel).
 #include "parallel/strategy_factory.hpp"
 
 #include "core/error.hpp"
 #include "dist/pipeline_strategy.hpp"
+#include "dist/tp_strategy.hpp"
 #include "train/single_device.hpp"
 
 namespace scalelab {
@@ -11,10 +12,6 @@ namespace {
 
 // Settings that name a stage this build does not have yet: one clear refusal each.
 void refuse_missing_stages(const ParallelOptions& p) {
-  require(p.tp == 1, "tp", "tensor parallelism (--tp " + std::to_string(p.tp) + ") is stage 06, not built yet",
-          "use --tp 1");
-  require(!p.sequence_parallel, "sequence_parallel", "sequence parallelism is stage 06, not built yet",
-          "drop --sequence-parallel");
   require(p.zero == 0, "zero", "ZeRO (--zero " + std::to_string(p.zero) + ") is stage 07, not built yet",
           "use --zero 0 (plain data parallelism)");
   require(!p.offload, "offload", "optimizer offload is stage 07, not built yet", "drop --offload");
@@ -35,6 +32,11 @@ StrategyFactory make_strategy_factory(Communicator* world, GradCommFactory grad_
       require(world != nullptr, "pp", "a pipeline needs a communicator, and this run has none",
               "start the run through scalelab train (mpirun -np N for N ranks)");
       return std::make_unique<PipelineStrategy>(*world, o);
+    }
+    if (o.parallel.tp > 1) {
+      require(world != nullptr, "tp", "tensor parallelism needs a communicator, and this run has none",
+              "start the run through scalelab train (mpirun -np N for N ranks)");
+      return std::make_unique<TensorParallelStrategy>(*world, o);
     }
     const int d = o.data_parallel_size(world_size);
     const bool ddp = d > 1 || o.parallel.ddp == "naive" || o.parallel.ddp == "bucketed";

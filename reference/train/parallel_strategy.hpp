@@ -26,6 +26,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/memory.hpp"
 #include "model/train_model.hpp"
@@ -122,6 +123,12 @@ class ParallelStrategy {
   // What the strategy measured in the last step, in a line for the end of a run (the pipeline's
   // bubble); empty by default.
   virtual std::string report() const { return {}; }
+
+  // The part of whole-model values (ParamLayout(config) order: a checkpoint's parameters, m or
+  // v, or a weights file's tensors) that this rank's model holds, in model.layout() order. By
+  // default the tensors of model.layout() by name (the whole model, or a pipeline stage's);
+  // tensor parallelism cuts every split tensor to its shard.
+  virtual std::vector<float> held_values(const TrainModel& model, const std::vector<float>& whole) const;
 
   // The strategy's own part of a training checkpoint (shards, its counters), written after and
   // read after the trainer's part. Nothing by default.

@@ -16,6 +16,10 @@ void ParallelStrategy::save_checkpoint(const TrainCheckpoint& checkpoint, const 
   scalelab::save_checkpoint(path, checkpoint);
 }
 
+std::vector<float> ParallelStrategy::held_values(const TrainModel& model, const std::vector<float>& whole) const {
+  return held_by_name(model.config(), model.layout(), whole);
+}
+
 double SingleDevice::run_micro_batches(TrainModel& model, const GlobalBatch& batch, double loss_scale) {
   return accumulate_gradients(model, batch.inputs, batch.targets, batch.rows, batch.T, batch.micro_batches, loss_scale);
 }

@@ -65,6 +65,10 @@ void validate_layout(const TrainOptions& o, const GPTConfig& c) {
           "--pp " + str(p.pp) + " x " + str(shape.chunks) + " model chunks per rank need at least " +
               str(shape.model_stages()) + " layers, and the model has " + str(c.num_layers),
           "use fewer pipeline stages (or chunks), or a deeper model (--layers)");
+  require(p.tp <= c.num_heads, "tp",
+          "--tp " + str(p.tp) + " is more ranks than the model's " + str(c.num_heads) +
+              " attention heads (tensor parallelism gives each rank whole heads)",
+          "use --tp at most " + str(c.num_heads) + ", or a model with more --heads");
   require(c.num_heads % p.tp == 0, "tp",
           "--tp " + str(p.tp) + " does not divide the model's " + str(c.num_heads) + " heads",
           "choose a --tp that divides the head count (or change --heads)");
@@ -121,6 +125,16 @@ void TrainOptions::validate(int world_size) const {
   const int d = data_parallel_size(world_size);
   const int m = micro_batches();
   check_batch_split(batch, d, m);
+}
+
+void require_cpu_fp32(const TrainOptions& o, const std::string& flag, const std::string& name,
+                      const std::string& what) {
+  require(o.precision == "fp32", "precision",
+          flag + ": " + what + " run in fp32 in this build, and --precision " + o.precision + " was asked for",
+          "use --precision fp32 with " + name);
+  require(o.device == "cpu", "device",
+          flag + ": " + what + " run on the CPU in this build, and --device " + o.device + " was asked for",
+          "use --device cpu with " + name);
 }
 
 void check_batch_split(int batch, int ranks, int micro_batches) {

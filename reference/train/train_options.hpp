@@ -95,6 +95,12 @@ struct TrainOptions {
 // (TrainOptions::validate, and a data-parallel strategy that learns its rank count at attach).
 void check_batch_split(int batch, int ranks, int micro_batches);
 
+// What the model-parallel stages run on in this build: the CPU in fp32. A strategy that cannot do
+// more refuses another --precision or --device with one ConfigError each, e.g. for flag "--pp 2"
+// (named "--pp") and what "pipeline stages": "--pp 2: pipeline stages run in fp32 in this build,
+// and --precision bf16 was asked for; use --precision fp32 with --pp".
+void require_cpu_fp32(const TrainOptions& o, const std::string& flag, const std::string& name, const std::string& what);
+
 // Every field, exactly: doubles are written with 17 significant digits, which read back to the
 // same bits. options_from_json refuses unknown or missing keys (a file from another version).
 nlohmann::json options_to_json(const TrainOptions& options);

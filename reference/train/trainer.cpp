@@ -56,9 +56,9 @@ Trainer::Trainer(const TrainOptions& options, MemoryTracker* tracker, const Trai
   targets_.resize(inputs_.size());
 
   if (!options_.init_weights.empty()) {
-    std::vector<float> w(model_->num_params());
-    load_weights(options_.init_weights, model_->config(), model_->layout(), w.data());  // the tensors this rank holds
-    model_->set_master_params(w.data());
+    std::vector<float> file(ParamLayout(config).num_params());
+    load_weights(options_.init_weights, config, file.data());
+    model_->set_master_params(strategy_->held_values(*model_, file).data());  // what this rank holds
   } else {
     model_->init_weights(options_.seed);
   }
@@ -144,7 +144,12 @@ TrainCheckpoint Trainer::checkpoint() const {
 }
 
 void Trainer::restore(const TrainCheckpoint& whole) {
-  const TrainCheckpoint c = held_part(whole, model_->layout());  // a pipeline stage's tensors, by name
+  // The checkpoint holds the whole model; this rank takes what its model holds (a pipeline
+  // stage's tensors, a tensor-parallel shard).
+  TrainCheckpoint c = whole;
+  c.params = strategy_->held_values(*model_, whole.params);
+  c.adam_m = strategy_->held_values(*model_, whole.adam_m);
+  c.adam_v = strategy_->held_values(*model_, whole.adam_v);
   const std::size_t n = model_->num_params();
   SCALELAB_CHECK(c.params.size() == n && c.adam_m.size() == n && c.adam_v.size() == n, "checkpoint sizes");
   model_->set_master_params(c.params.data());

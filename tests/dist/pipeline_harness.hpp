@@ -1,6 +1,5 @@
-// What the pipeline tests share: a PipelineStrategy driven the way the trainer drives it (model,
-// optimizer, attach, then zero_grad / begin_step / run / sync / loss / update per step) on a
-// batch the test gives, and the comparison of a stage's tensors with the whole model's by name.
+// What the pipeline tests share: a PipelineStrategy driven as the trainer drives it
+// (strategy_harness.hpp), and the comparison of a stage's tensors with the whole model's by name.
 #pragma once
 
 #include <memory>
@@ -10,21 +9,16 @@
 #include "dist/pipeline_strategy.hpp"
 #include "model/params.hpp"
 #include "optim/adamw.hpp"
+#include "strategy_harness.hpp"
 
 namespace scalelab_test {
 
-struct PipelineHarness {
-  scalelab::MemoryTracker tracker;
-  scalelab::TrainOptions options;
+struct PipelineHarness : StrategyHarness {
   std::unique_ptr<scalelab::PipelineStrategy> strategy;
-  std::unique_ptr<scalelab::TrainModel> model;
-  std::unique_ptr<scalelab::AdamW> optimizer;
-  int T = 0;
 
   // pp ranks x (world / pp) replicas, `schedule` with m micro-batches of batch / (dp m) rows.
   PipelineHarness(scalelab::Communicator& world, const scalelab::GPTConfig& config, int pp, int m,
-                  const std::string& schedule, int batch, int seq_len, std::uint64_t seed)
-      : T(seq_len) {
+                  const std::string& schedule, int batch, int seq_len, std::uint64_t seed) {
     options.batch = batch;
     options.seq_len = seq_len;
     options.parallel.pp = pp;
@@ -32,23 +26,9 @@ struct PipelineHarness {
     options.parallel.schedule = schedule;
     options.adamw.lr = 1e-3;
     strategy = std::make_unique<scalelab::PipelineStrategy>(world, options);
-    model = strategy->make_model(config, "fp32", &tracker, {});
-    optimizer = std::make_unique<scalelab::AdamW>(model->num_params(), options.adamw, &tracker);
-    model->init_weights(seed);
-    strategy->attach({*model, *optimizer, options, &tracker, seq_len, "pipeline test"});
+    start(*strategy, config, seed, {}, "pipeline test");
   }
   scalelab::PipelineStageModel& stage() { return strategy->stage(); }
-
-  // Forward and backward of the whole batch and the gradient synchronisation; returns the loss.
-  double forward_backward(const std::vector<int>& tokens, const std::vector<int>& targets) {
-    model->zero_grad();
-    const scalelab::GlobalBatch b{tokens.data(), targets.data(), options.batch, T, options.micro_batches()};
-    strategy->begin_step(b);
-    const double local = strategy->run_micro_batches(*model, b, 1.0);
-    strategy->sync_gradients(*model);
-    return strategy->mean_loss(local);
-  }
-  void update() { strategy->optimizer_step(*model, *optimizer, options.adamw.lr, 1.0, 0.0); }
 };
 
 // Each tensor this stage holds against the same tensor of a whole-model buffer `want` (laid out

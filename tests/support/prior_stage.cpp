@@ -59,6 +59,24 @@ StepsResult stage01_steps(const ModelShape& s, std::uint64_t seed, const std::ve
   return r;
 }
 
+ForwardSnapshot stage00_forward(const ModelShape& s, std::uint64_t seed, const std::vector<int>& tokens,
+                                const std::vector<int>& targets, int B, int T) {
+  const scalelab::GPTConfig c = scalelab::gpt_config_of_shape(s.V, s.T, s.C, s.L, s.NH, "prior");
+  scalelab::MemoryTracker tracker;
+  scalelab::GPT model(c, &tracker);
+  model.init_weights(seed);
+  ForwardSnapshot r;
+  r.loss = model.forward(tokens.data(), targets.data(), B, T);
+  const std::size_t BT = static_cast<std::size_t>(B) * T, BTC = BT * s.C;
+  const auto& a = model.acts();
+  r.encoded.assign(a.encoded, a.encoded + BTC);
+  r.ln1.assign(a.blocks[0].ln1, a.blocks[0].ln1 + BTC);
+  r.qkv.assign(a.blocks[0].qkv, a.blocks[0].qkv + 3 * BTC);
+  r.atty.assign(a.blocks[0].atty, a.blocks[0].atty + BTC);
+  r.probs.assign(a.probs, a.probs + BT * s.V);
+  return r;
+}
+
 RunResult stage00_run(const std::string& config, int steps, int batch, int seq_len, std::uint64_t seed,
                       const std::string& data) {
   scalelab::TrainOptions o;

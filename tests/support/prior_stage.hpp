@@ -36,6 +36,19 @@ struct StepsResult {
 StepsResult stage01_steps(const ModelShape& shape, std::uint64_t seed, const std::vector<int>& tokens,
                           const std::vector<int>& targets, int B, int T, int k, int steps);
 
+// Stage 00's forward on the whole batch: the activations tensor parallelism must reproduce bit
+// for bit (before any reduction reorders a sum), all (B,T,.) row-major.
+struct ForwardSnapshot {
+  double loss = 0;
+  std::vector<float> encoded;  // (B,T,C)   the embeddings' output
+  std::vector<float> ln1;      // (B,T,C)   block 0's ln_1 output
+  std::vector<float> qkv;      // (B,T,3C)  block 0's c_attn output (column-parallel)
+  std::vector<float> atty;     // (B,T,C)   block 0's attention output, before c_proj
+  std::vector<float> probs;    // (B,T,V)   the softmax of the logits
+};
+ForwardSnapshot stage00_forward(const ModelShape& shape, std::uint64_t seed, const std::vector<int>& tokens,
+                                const std::vector<int>& targets, int B, int T);
+
 // Stage 00 trained for `steps` steps by the reference trainer; returns the loss per step and
 // the final parameters. `data` is a text file (empty: the default corpus).
 struct RunResult {

@@ -1,0 +1,126 @@
+// Stage 06: this rank's shard of the GPT under tensor parallelism, behind the trainer's
+// TrainModel interface. Every tensor-parallel rank runs the same rows; each holds its split of
+// every layer (dist/tp_layout.hpp) and runs:
+//
+//   tokens -> vocab-parallel embedding [g] + wpe -> blocks (dist/tp_block.hpp)
+//          -> ln_f -> [f] -> LM head, column-parallel over the vocabulary (the tied wte shard)
+//          -> vocab-parallel cross-entropy (3 all-reduces of N numbers)
+//
+// Collectives per forward + backward, N = B*T rows of C channels, L blocks:
+//   without sequence parallelism: all-reduces of N*C: 1 (embedding) + 2L forward, 2L + 1
+//     (ln_f's f) backward; all-reduces of N: 3 (cross-entropy)
+//   with it: each all-reduce of N*C becomes an all-gather or a reduce-scatter, and the
+//     embedding's backward and ln_f's forward add an all-gather each (the vocabulary-split
+//     layers need all rows); then, once per step, one all-reduce of the replicated tensors'
+//     gradients (LayerNorms, wpe, the c_proj biases), which each rank computed from its rows
+//     only (sum_sequence_parallel_grads).
+//
+// Checkpointing (stage 02) comes from the shared block walk (model/block_walk.hpp); a recomputed
+// block forward communicates again, as Megatron's does.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/memory.hpp"
+#include "dist/tp_block.hpp"
+#include "dist/tp_layout.hpp"
+#include "dist/tp_operators.hpp"
+#include "model/block_walk.hpp"
+#include "model/train_model.hpp"
+
+namespace scalelab {
+
+// Under sequence parallelism every rank's replicated tensors (dist/tp_layout.hpp) got gradients
+// from its own N/t rows only: adds them over the tensor-parallel group, in one all-reduce
+// through `staging` (resized as needed), so every rank holds the whole batch's gradient.
+// Without sequence parallelism the ranks' copies are already equal and it does nothing.
+void sum_sequence_parallel_grads(TpGroup& tp, const TpLayout& layout, float* grads, std::vector<float>& staging);
+
+class TensorParallelModel final : public TrainModel, private BlockRunner {
+ public:
+  // Rank tp_comm.rank() of tp_comm.size(); the communicator must outlive the model.
+  TensorParallelModel(const GPTConfig& config, Communicator& tp_comm, bool sequence_parallel, MemoryTracker* tracker);
+
+  const GPTConfig& config() const override { return shard_.config(); }
+  const ParamLayout& layout() const override { return shard_.layout(); }
+  std::size_t num_params() const override { return shard_.layout().num_params(); }
+  const TpLayout& shard() const { return shard_; }
+  TpGroup& group() { return tp_; }
+  float* params() { return params_.data(); }
+  float* grads() { return grads_.data(); }
+
+  // Mean loss of the whole batch (every tensor-parallel rank gets the same).
+  double forward(const int* tokens, const int* targets, int B, int T) override;
+  void backward(double loss_scale) override;
+  // After the step's last backward: the sequence-parallel sum of replicated gradients.
+  void finish_gradients() { sum_sequence_parallel_grads(tp_, shard_, grads_.data(), staging_); }
+  void zero_grad() override;
+  void set_checkpoint_policy(const CheckpointPolicy& policy) override { policy_ = policy; }
+  // The whole model's GPT-2 initialisation, then this rank's part: the same start as stage 00.
+  void init_weights(std::uint64_t seed) override;
+  const float* master_params() const override { return params_.data(); }
+  void set_master_params(const float* values) override;
+  // AdamW on this rank's shard; the clipping norm is the whole model's (split tensors summed
+  // over the group, replicated ones counted once).
+  StepOutcome optimizer_step(AdamW& optimizer, double lr, double grad_scale, double clip) override;
+  float* fp32_grads() override { return grads_.data(); }
+  std::size_t block_forward_count() const override { return block_forwards_; }
+  std::string precision_name() const override { return "fp32"; }
+
+  // The last forward's saved activations, for tests: the logits' softmax (this rank's columns,
+  // (N, Vl)), the embeddings' output (Nl, C) and block slot i's activations (dist/tp_block.hpp).
+  const float* probs() const { return head_.probs; }
+  const float* encoded() const { return encoded_; }
+  const BlockActs<float>& block_acts(int slot) const { return blocks_.at(static_cast<std::size_t>(slot)); }
+  const TpDims& dims() const { return dims_; }
+
+ private:
+  void ensure_buffers(int B, int T);
+  template <typename Values>
+  void carve_activations(Values& v);
+  // BlockRunner (model/block_walk.hpp).
+  int num_blocks() const override { return config().num_layers; }
+  void forward_block(int block, int slot, ActPlace x) override;
+  void backward_block(int block, int slot, ActPlace x) override;
+  void keep_boundary(int s, ActPlace x) override;
+  void store_output(ActPlace x) override;
+  void recompute_attention(int block, int slot) override;
+  float* place(ActPlace x) const {
+    return x.kind == ActPlace::Kind::kBoundary ? boundaries_[x.index] : blocks_[x.index].residual3;
+  }
+  std::size_t region_elements() const { return dims_.rows() * static_cast<std::size_t>(dims_.C); }
+  void label(const std::string& where) { tp_.where = where; }
+
+  TpLayout shard_;
+  TpGroup tp_;
+  MemoryTracker* tracker_;
+  Buffer<float> params_, grads_;
+  ParamView<float> w_, g_;
+  CheckpointPolicy policy_, acts_policy_;
+  TpDims dims_;
+  Buffer<float> act_buffer_, scratch_buffer_;
+  // Saved activations (in act_buffer_): the region's rows unless noted.
+  float* encoded_ = nullptr;        // (Nl, C) the embeddings' output
+  std::vector<float*> boundaries_;  // (Nl, C) segment inputs; [0] = encoded_
+  std::vector<BlockActs<float>> blocks_;
+  float* final_input_ = nullptr;  // (Nl, C) ln_f's input
+  struct Head {
+    float* lnf = nullptr;       // (N, C)  ln_f's output, gathered: the LM head's whole input
+    float* lnf_mean = nullptr;  // (Nl)
+    float* lnf_rstd = nullptr;  // (Nl)
+    float* probs = nullptr;     // (N, Vl) this rank's columns of the softmax
+    float* losses = nullptr;    // (N)
+  } head_;
+  // Workspace (in scratch_buffer_).
+  TpBlockScratch scratch_;
+  float* dres_ = nullptr;     // (Nl, C)
+  float* dlogits_ = nullptr;  // (N, Vl)
+  std::vector<int> tokens_, targets_;
+  std::vector<float> staging_;  // sum_sequence_parallel_grads's
+  std::size_t block_forwards_ = 0;
+};
+
+}  // namespace scalelab

@@ -1,0 +1,157 @@
+// Tensor parallelism behind the trainer's seam (stage 06).
+#include "dist/tp_strategy.hpp"
+
+#include <cstdio>
+
+#include "core/error.hpp"
+#include "dist/ddp.hpp"
+#include "dist/gather_weights.hpp"
+#include "train/accumulate.hpp"
+
+namespace scalelab {
+
+namespace {
+
+// What this build's tensor parallelism cannot do yet: one clear refusal each, on every rank.
+void refuse_unsupported(const TrainOptions& o) {
+  const std::string tp = "--tp " + std::to_string(o.parallel.tp);
+  require(o.parallel.pp == 1, "pp",
+          tp + " with --pp " + std::to_string(o.parallel.pp) +
+              ": tensor parallelism inside a pipeline stage is not built yet",
+          "use --pp 1 with --tp");
+  require_cpu_fp32(o, tp, "--tp", "tensor-parallel shards");
+}
+
+std::uint64_t bytes_of(const CommStats& now, const CommStats& before) {
+  std::uint64_t b = 0;
+  for (int op = 0; op < kCommOpCount; ++op)
+    b += now[static_cast<CommOp>(op)].bytes_sent - before[static_cast<CommOp>(op)].bytes_sent;
+  return b;
+}
+
+double collective_seconds(const CommStats& s) {
+  return s[CommOp::kAllReduce].seconds + s[CommOp::kAllGather].seconds + s[CommOp::kReduceScatter].seconds;
+}
+
+}  // namespace
+
+TensorParallelStrategy::TensorParallelStrategy(Communicator& world, const TrainOptions& o)
+    : world_(world), sequence_parallel_(o.parallel.sequence_parallel) {
+  refuse_unsupported(o);
+  grid_ = std::make_unique<ProcessGrid>(world, GridShape{1, o.data_parallel_size(world.size()), o.parallel.tp});
+}
+
+TensorParallelStrategy::~TensorParallelStrategy() = default;
+
+std::string TensorParallelStrategy::describe() const {
+  std::string s = "tensor parallel over " + std::to_string(grid_->shape().tp) + " ranks";
+  if (sequence_parallel_) s += " with sequence parallelism";
+  s += "; this rank: tp rank " + std::to_string(grid_->coord().tp);
+  if (model_) {
+    const VocabRange& v = model_->shard().vocab();
+    s += " (heads " + std::to_string(grid_->coord().tp * model_->config().num_heads / grid_->shape().tp) + ".." +
+         std::to_string((grid_->coord().tp + 1) * model_->config().num_heads / grid_->shape().tp - 1) +
+         ", vocabulary rows " + std::to_string(v.begin) + ".." + std::to_string(v.begin + v.local - 1) +
+         (v.padded > v.vocab ? " of " + std::to_string(v.padded) + " padded" : "") + ")";
+  }
+  if (grid_->shape().dp > 1) s += "; data parallel over " + std::to_string(grid_->shape().dp) + " replicas";
+  return s;
+}
+
+std::unique_ptr<TrainModel> TensorParallelStrategy::make_model(const GPTConfig& config,
+                                                               const std::string& /*precision*/, MemoryTracker* tracker,
+                                                               const TrainModelFactory& /*whole*/) {
+  auto model = std::make_unique<TensorParallelModel>(config, grid_->tp(), sequence_parallel_, tracker);
+  model_ = model.get();
+  return model;
+}
+
+void TensorParallelStrategy::attach(const StrategyContext& ctx) {
+  SCALELAB_CHECK(model_ == &ctx.model, "the tensor-parallel strategy attaches to the model it built");
+  check_batch_split(ctx.options.batch, grid_->shape().dp, ctx.options.micro_batches());
+  check_replicas_agree(world_, ctx.run_description);
+  // The replicas of one shard start from dp rank 0's parameters (as DDP's do).
+  if (grid_->shape().dp > 1) grid_->dp().broadcast(model_->params(), model_->num_params(), 0);
+}
+
+void TensorParallelStrategy::begin_step(const GlobalBatch& /*batch*/) {
+  model_->group().ledger.clear();
+  tp_before_ = grid_->tp().stats();
+  dp_before_ = grid_->dp().stats();
+}
+
+double TensorParallelStrategy::run_micro_batches(TrainModel& model, const GlobalBatch& batch, double loss_scale) {
+  const int d = grid_->shape().dp, rows = batch.rows / d;
+  const std::size_t offset = static_cast<std::size_t>(grid_->coord().dp) * rows * batch.T;
+  // As in DDP, each replica's loss is scaled by 1/d, so the sum over replicas is the batch mean's gradient.
+  return accumulate_gradients(model, batch.inputs + offset, batch.targets + offset, rows, batch.T, batch.micro_batches,
+                              loss_scale / d);
+}
+
+void TensorParallelStrategy::sync_gradients(TrainModel& /*model*/) {
+  model_->finish_gradients();
+  step_ledger_ = model_->group().ledger;
+  if (grid_->shape().dp > 1) grid_->dp().all_reduce(model_->grads(), model_->num_params(), ReduceOp::kSum);
+  report_ = {};
+  report_.bytes_sent = bytes_of(grid_->tp().stats(), tp_before_) + bytes_of(grid_->dp().stats(), dp_before_);
+  report_.comm_seconds = collective_seconds(grid_->tp().stats()) - collective_seconds(tp_before_) +
+                         collective_seconds(grid_->dp().stats()) - collective_seconds(dp_before_);
+}
+
+double TensorParallelStrategy::mean_loss(double local_loss) {
+  // Every tp rank has the whole rows' loss; the replicas' differ and are averaged.
+  double loss = local_loss;
+  if (grid_->shape().dp > 1) {
+    grid_->dp().all_reduce(&loss, 1);
+    loss /= grid_->shape().dp;
+  }
+  return loss;
+}
+
+std::string TensorParallelStrategy::report() const {
+  // The last step's tensor-parallel collectives by kind, from the ledger.
+  std::size_t calls[kCommOpCount] = {}, elements[kCommOpCount] = {};
+  for (const TpCollective& c : step_ledger_) {
+    calls[static_cast<int>(c.op)] += 1;
+    elements[static_cast<int>(c.op)] += c.elements;
+  }
+  std::string out = "tensor-parallel collectives of the last step (per rank):";
+  for (CommOp op : {CommOp::kAllReduce, CommOp::kAllGather, CommOp::kReduceScatter}) {
+    const int i = static_cast<int>(op);
+    if (calls[i] == 0) continue;
+    char line[128];
+    std::snprintf(line, sizeof line, " %zu %s of %.2f M elements in all;", calls[i], comm_op_name(op),
+                  static_cast<double>(elements[i]) / 1e6);
+    out += line;
+  }
+  return out;
+}
+
+std::vector<float> TensorParallelStrategy::held_values(const TrainModel& /*model*/,
+                                                       const std::vector<float>& whole) const {
+  const TpLayout& shard = model_->shard();
+  require(whole.size() == shard.whole().num_params(), "resume",
+          "the values hold " + std::to_string(whole.size()) + " parameters, config " + shard.config().name + " has " +
+              std::to_string(shard.whole().num_params()),
+          "resume from a checkpoint written by scalelab train --save-state for this config");
+  std::vector<float> mine(shard.layout().num_params());
+  shard.shard(whole.data(), mine.data());
+  return mine;
+}
+
+void TensorParallelStrategy::save_weights(const TrainModel& model, const std::string& path) const {
+  // Replica 0's tp group assembles the whole model from every rank's pieces; its rank 0 writes.
+  if (grid_->coord().dp == 0)
+    gather_and_save_weights(grid_->tp(), path, model.config(), model_->shard().held(model.master_params()));
+  world_.barrier();  // the file is complete when any rank returns
+}
+
+void TensorParallelStrategy::save_checkpoint(const TrainCheckpoint& mine, const std::string& path) const {
+  if (grid_->coord().dp == 0) {
+    const TpLayout& shard = model_->shard();
+    gather_and_save_checkpoint(grid_->tp(), mine, path, [&](const float* values) { return shard.held(values); });
+  }
+  world_.barrier();
+}
+
+}  // namespace scalelab

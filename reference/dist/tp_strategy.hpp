@@ -1,0 +1,62 @@
+// Stage 06 at the trainer's seam: tensor parallelism (and sequence parallelism), alone or with
+// data parallelism on one grid [dp][tp] (comm/grid.hpp: the tp ranks are neighbours). Each rank
+// builds its shard of the model (dist/tp_model.hpp); the ranks of a tensor-parallel group run
+// the same rows, those of different replicas different rows. After the step's last backward:
+//   1. under sequence parallelism, the replicated tensors' gradients summed over the tp group;
+//   2. with dp > 1, one all-reduce of the rank's flat gradients over its data-parallel group
+//      (replica i's tp rank r holds the same shard as replica j's tp rank r).
+// The optimizer clips with the whole model's gradient norm (dist/tp_model.cpp).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "comm/communicator.hpp"
+#include "comm/grid.hpp"
+#include "dist/tp_model.hpp"
+#include "train/parallel_strategy.hpp"
+
+namespace scalelab {
+
+class TensorParallelStrategy final : public ParallelStrategy {
+ public:
+  // Collective over world: makes the [dp][tp] grid. Throws ConfigError (the same on every rank)
+  // for what this build's tensor parallelism does not do: a precision other than fp32, a device
+  // other than the CPU, a pipeline.
+  TensorParallelStrategy(Communicator& world, const TrainOptions& options);
+  ~TensorParallelStrategy() override;
+
+  std::string describe() const override;
+  int data_parallel_size() const override { return grid_->shape().dp; }
+  std::unique_ptr<TrainModel> make_model(const GPTConfig& config, const std::string& precision, MemoryTracker* tracker,
+                                         const TrainModelFactory& whole) override;
+  void attach(const StrategyContext& context) override;
+  void begin_step(const GlobalBatch& batch) override;
+  double run_micro_batches(TrainModel& model, const GlobalBatch& batch, double loss_scale) override;
+  void sync_gradients(TrainModel& model) override;
+  double mean_loss(double local_loss) override;
+  StepCommReport step_report() const override { return report_; }
+  std::string report() const override;
+  std::vector<float> held_values(const TrainModel& model, const std::vector<float>& whole) const override;
+  // Replica 0's tp group gathers the whole model; its rank 0 writes one file (any layout can
+  // load it).
+  void save_weights(const TrainModel& model, const std::string& path) const override;
+  void save_checkpoint(const TrainCheckpoint& checkpoint, const std::string& path) const override;
+
+  ProcessGrid& grid() { return *grid_; }
+  // The tensor-parallel collectives of the last step's forwards and backwards (and, under
+  // sequence parallelism, its gradient sum), in order: validation forwards are not in it.
+  const std::vector<TpCollective>& step_ledger() const { return step_ledger_; }
+  TensorParallelModel& shard_model() { return *model_; }
+
+ private:
+  Communicator& world_;
+  std::unique_ptr<ProcessGrid> grid_;
+  bool sequence_parallel_ = false;
+  TensorParallelModel* model_ = nullptr;  // the model make_model built (owned by the trainer)
+  CommStats tp_before_, dp_before_;
+  StepCommReport report_;
+  std::vector<TpCollective> step_ledger_;
+};
+
+}  // namespace scalelab

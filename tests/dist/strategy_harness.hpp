@@ -1,0 +1,56 @@
+// What the multi-rank strategy tests share (stages 05 and 06): a ParallelStrategy driven the way
+// the trainer drives it (model, optimizer, attach, then zero_grad / begin_step / run / sync /
+// loss / update per step) on a batch the test gives. A stage's harness derives from it, fills
+// `options` and calls start() with its strategy.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/memory.hpp"
+#include "model/checkpoint_policy.hpp"
+#include "model/config.hpp"
+#include "optim/adamw.hpp"
+#include "train/parallel_strategy.hpp"
+#include "train/train_options.hpp"
+
+namespace scalelab_test {
+
+struct StrategyHarness {
+  scalelab::MemoryTracker tracker;
+  scalelab::TrainOptions options;
+  std::unique_ptr<scalelab::TrainModel> model;
+  std::unique_ptr<scalelab::AdamW> optimizer;
+  int T = 0;
+
+  // Builds the strategy's model for `config` (fp32), its optimizer, initialises the weights from
+  // `seed` and attaches the strategy, as the trainer does. options.batch, options.seq_len and
+  // options.adamw are the run's.
+  void start(scalelab::ParallelStrategy& strategy, const scalelab::GPTConfig& config, std::uint64_t seed,
+             const scalelab::CheckpointPolicy& policy, const std::string& description) {
+    strategy_ = &strategy;
+    T = options.seq_len;
+    model = strategy.make_model(config, "fp32", &tracker, {});
+    model->set_checkpoint_policy(policy);
+    optimizer = std::make_unique<scalelab::AdamW>(model->num_params(), options.adamw, &tracker);
+    model->init_weights(seed);
+    strategy.attach({*model, *optimizer, options, &tracker, T, description});
+  }
+
+  // Forward and backward of the whole batch and the gradient synchronisation; returns the loss.
+  double forward_backward(const std::vector<int>& tokens, const std::vector<int>& targets) {
+    model->zero_grad();
+    const scalelab::GlobalBatch b{tokens.data(), targets.data(), options.batch, T, options.micro_batches()};
+    strategy_->begin_step(b);
+    const double local = strategy_->run_micro_batches(*model, b, 1.0);
+    strategy_->sync_gradients(*model);
+    return strategy_->mean_loss(local);
+  }
+  void update() { strategy_->optimizer_step(*model, *optimizer, options.adamw.lr, 1.0, 0.0); }
+
+ private:
+  scalelab::ParallelStrategy* strategy_ = nullptr;
+};
+
+}  // namespace scalelab_test
