@@ -33,8 +33,7 @@ ZeroModel::ZeroModel(const GPTConfig& config, int stage, Communicator& dp, DdpOp
       shards_((config.validate(), config), dp.rank(), dp.size()),
       params_(stage <= 2 ? shards_.num_params() : shards_.size(), MemCategory::kParams, tracker),
       grads_(stage == 1 ? shards_.num_params() : shards_.size(), MemCategory::kGrads, tracker),
-      gpt_(config, tracker, ModelSlice{}, stage <= 2 ? params_.data() : nullptr,
-           stage == 1 ? grads_.data() : nullptr),
+      gpt_(config, tracker, ModelSlice{}, stage <= 2 ? params_.data() : nullptr, stage == 1 ? grads_.data() : nullptr),
       w_(gpt_.weight_views()),
       g_(gpt_.grad_views()) {
   require(stage >= 1 && stage <= 3, "zero", "ZeRO stage " + std::to_string(stage) + " does not exist",
@@ -74,9 +73,7 @@ void ZeroModel::all_gather_params() {
 }
 
 float* ZeroModel::shard_of_grads() { return stage_ == 1 ? grads_.data() + shards_.begin() : grads_.data(); }
-const float* ZeroModel::grad_shard() const {
-  return stage_ == 1 ? grads_.data() + shards_.begin() : grads_.data();
-}
+const float* ZeroModel::grad_shard() const { return stage_ == 1 ? grads_.data() + shards_.begin() : grads_.data(); }
 
 void ZeroModel::zero_grad() {
   std::fill(grads_.begin(), grads_.end(), 0.0f);
@@ -166,7 +163,8 @@ void ZeroModel::on_grads_ready(std::size_t offset) {
   reductions_.emplace_back();
   Reduction& r = reductions_.back();
   r.unit = unit;
-  if (stage_ >= 2) r.grads = std::move(unit->block >= 0 ? block_grads_ : unit == &shards_.head() ? root_g_lnf_ : root_g_emb_);
+  if (stage_ >= 2)
+    r.grads = std::move(unit->block >= 0 ? block_grads_ : unit == &shards_.head() ? root_g_lnf_ : root_g_emb_);
   start_reduction(r);
   resume_compute();
 }
@@ -310,8 +308,8 @@ TrainModel::StepOutcome ZeroModel::optimizer_step(AdamW& optimizer, double lr, d
     comm_.all_reduce(&squares, 1);
     return std::sqrt(squares);
   };
-  const StepOutcome out =
-      fp32_optimizer_step(optimizer, master, shard_of_grads(), shards_.size(), lr, grad_scale, clip, global_norm);
+  const StepOutcome out = fp32_optimizer_step(optimizer, master, shard_of_grads(), shards_.size(), lr, grad_scale, clip,
+                                              global_norm);
   if (out.skipped || stage_ == 3) return out;  // stage 3 gathers parameters when a block needs them
   // Every rank updated its shard; the all-gather hands each rank everyone else's.
   const double t0 = timeline_.now_us();

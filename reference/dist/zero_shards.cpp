@@ -9,8 +9,9 @@ namespace scalelab {
 
 ZeroShards::ZeroShards(const GPTConfig& config, int rank, int ranks)
     : rank_(rank), ranks_(ranks), partition_{ParamLayout(config).num_params(), ranks} {
-  require(ranks >= 1 && rank >= 0 && rank < ranks, "zero", "rank " + std::to_string(rank) + " of " +
-          std::to_string(ranks) + " data-parallel ranks", "start the run through scalelab train under mpirun");
+  require(ranks >= 1 && rank >= 0 && rank < ranks, "zero",
+          "rank " + std::to_string(rank) + " of " + std::to_string(ranks) + " data-parallel ranks",
+          "start the run through scalelab train under mpirun");
   const ParamLayout layout(config);
   const std::size_t lnf = layout.find("transformer.ln_f.weight").offset;
   auto add = [&](std::string name, int block, std::size_t begin, std::size_t end) {
@@ -19,8 +20,9 @@ ZeroShards::ZeroShards(const GPTConfig& config, int rank, int ranks)
   std::size_t at = layout.find("transformer.h.0.ln_1.weight").offset;
   add("embeddings", -1, 0, at);
   for (int l = 0; l < config.num_layers; ++l) {
-    const std::size_t next =
-        l + 1 < config.num_layers ? layout.find("transformer.h." + std::to_string(l + 1) + ".ln_1.weight").offset : lnf;
+    const std::size_t next = l + 1 < config.num_layers
+                                 ? layout.find("transformer.h." + std::to_string(l + 1) + ".ln_1.weight").offset
+                                 : lnf;
     add("block " + std::to_string(l), l, at, next);
     at = next;
   }

@@ -28,10 +28,10 @@
 namespace scalelab {
 
 struct ZeroUnit {
-  std::string name;               // "embeddings", "block 3", "ln_f"
-  int block = -1;                 // the block's number, -1 for the embeddings and ln_f
+  std::string name;                // "embeddings", "block 3", "ln_f"
+  int block = -1;                  // the block's number, -1 for the embeddings and ln_f
   std::size_t begin = 0, end = 0;  // [begin, end) of the flat buffer
-  Pieces pieces;                  // each rank's part of it, relative to begin
+  Pieces pieces;                   // each rank's part of it, relative to begin
   std::size_t size() const { return end - begin; }
 };
 

@@ -86,8 +86,8 @@ double ZeroStrategy::mean_loss(double local_loss) {
   return local_loss / comm_.size();
 }
 
-TrainModel::StepOutcome ZeroStrategy::optimizer_step(TrainModel& model, AdamW& optimizer, double lr,
-                                                     double grad_scale, double clip) {
+TrainModel::StepOutcome ZeroStrategy::optimizer_step(TrainModel& model, AdamW& optimizer, double lr, double grad_scale,
+                                                     double clip) {
   const TrainModel::StepOutcome out = model.optimizer_step(optimizer, lr, grad_scale, clip);
   report_ = {};
   for (CommOp op : kStepOps) report_.bytes_sent += comm_.stats()[op].bytes_sent - before_[op].bytes_sent;
@@ -118,7 +118,8 @@ std::string ZeroStrategy::report() const {
 std::vector<float> ZeroStrategy::held_values(const TrainModel& model, const std::vector<float>& whole) const {
   const ZeroShards& s = static_cast<const ZeroModel&>(model).shards();
   require(whole.size() == s.num_params(), "resume",
-          "the values hold " + std::to_string(whole.size()) + " parameters, the model " + std::to_string(s.num_params()),
+          "the values hold " + std::to_string(whole.size()) + " parameters, the model " +
+              std::to_string(s.num_params()),
           "use a file saved for this model's config");
   return {whole.begin() + static_cast<std::ptrdiff_t>(s.begin()), whole.begin() + static_cast<std::ptrdiff_t>(s.end())};
 }
@@ -132,9 +133,9 @@ TrainCheckpoint ZeroStrategy::load_checkpoint(const std::string& path, const Tra
     if (s.rank() == 0) return c;
     CheckpointShard mine;
     TrainCheckpoint own = scalelab::load_checkpoint(zero_shard_path(path, s.rank()), &model.config(), &mine);
-    require(mine.rank == s.rank() && mine.ranks == saved && mine.begin == s.begin() && mine.end == s.end(),
-            "resume", quoted(zero_shard_path(path, s.rank())) + " is not rank " + std::to_string(s.rank()) +
-                          "'s shard of the checkpoint " + quoted(path),
+    require(mine.rank == s.rank() && mine.ranks == saved && mine.begin == s.begin() && mine.end == s.end(), "resume",
+            quoted(zero_shard_path(path, s.rank())) + " is not rank " + std::to_string(s.rank()) +
+                "'s shard of the checkpoint " + quoted(path),
             "resume from a complete set of shard files written by one run");
     return own;
   }
@@ -149,8 +150,8 @@ TrainCheckpoint ZeroStrategy::load_checkpoint(const std::string& path, const Tra
   std::size_t covered = 0;
   for (int r = 0; r < saved; ++r) {
     CheckpointShard cut;
-    const TrainCheckpoint part =
-        r == 0 ? c : scalelab::load_checkpoint(zero_shard_path(path, r), &model.config(), &cut);
+    const TrainCheckpoint part = r == 0 ? c
+                                        : scalelab::load_checkpoint(zero_shard_path(path, r), &model.config(), &cut);
     if (r == 0) cut = first;
     require(cut.rank == r && cut.ranks == saved, "resume",
             quoted(zero_shard_path(path, r)) + " is not rank " + std::to_string(r) + " of " + std::to_string(saved),

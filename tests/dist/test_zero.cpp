@@ -51,8 +51,8 @@ struct RunSpec {
 
 std::string describe(const RunSpec& s) {
   return (s.zero ? "ZeRO-" + std::to_string(s.zero) : std::string("DDP")) + ", " +
-         (s.algorithm == DdpOptions::Algorithm::kRing ? "ring" : "builtin") + ", m " +
-         std::to_string(s.micro_batches) + ", clip " + std::to_string(s.clip);
+         (s.algorithm == DdpOptions::Algorithm::kRing ? "ring" : "builtin") + ", m " + std::to_string(s.micro_batches) +
+         ", clip " + std::to_string(s.clip);
 }
 
 TrainOptions options_for(Communicator& world, const RunSpec& s) {
@@ -131,11 +131,10 @@ TEST_CASE("ZeRO 1, 2 and 3 equal DDP after 5 steps: bitwise with the ring", "[ze
   }
 }
 
-TEST_CASE("ZeRO with the backend's collectives and with clipping equals DDP within tolerance",
-          "[zero_tolerance]") {
+TEST_CASE("ZeRO with the backend's collectives and with clipping equals DDP within tolerance", "[zero_tolerance]") {
   Communicator& world = test_world();
-  for (const RunSpec& base : {RunSpec{0, DdpOptions::Algorithm::kBuiltin, 1, 0},
-                              RunSpec{0, DdpOptions::Algorithm::kRing, 1, 0.05}}) {
+  for (const RunSpec& base :
+       {RunSpec{0, DdpOptions::Algorithm::kBuiltin, 1, 0}, RunSpec{0, DdpOptions::Algorithm::kRing, 1, 0.05}}) {
     const std::vector<float> want = params_after(world, base);
     for (int zero : {1, 2, 3}) {
       RunSpec spec = base;
@@ -163,9 +162,7 @@ TEST_CASE("per-rank model state equals the ZeRO formulas, and stage 3's peak its
     CHECK(h.tracker.current(MemCategory::kParams) == want.params);
     CHECK(h.tracker.current(MemCategory::kGrads) == want.grads);
     CHECK(h.tracker.current(MemCategory::kOptimizer) == want.optimizer);
-    CHECK(want.total() == (zero == 1   ? 8 * psi + 8 * s.size()
-                           : zero == 2 ? 4 * psi + 12 * s.size()
-                                       : 16 * s.size()));
+    CHECK(want.total() == (zero == 1 ? 8 * psi + 8 * s.size() : zero == 2 ? 4 * psi + 12 * s.size() : 16 * s.size()));
     // The activations are DDP's: the same rows through the same model.
     CHECK(h.tracker.peak(MemCategory::kActivations) == ddp.tracker.peak(MemCategory::kActivations));
     // During the step, the working set: stage 3 gathers the embeddings and ln_f for the whole
@@ -192,9 +189,7 @@ TEST_CASE("bytes each rank sends per step equal the ring's formula: 2 psi (d-1)/
         const RunSpec spec{zero, algorithm, m, 0};
         ZeroHarness h(world, spec);
         h.step(random_batch(kShape.V, h.options.batch, kShape.T, 3));
-        const std::size_t want = zero == 1   ? rs + ag
-                                 : zero == 2 ? m * rs + ag
-                                             : m * (rs + 2 * ag);
+        const std::size_t want = zero == 1 ? rs + ag : zero == 2 ? m * rs + ag : m * (rs + 2 * ag);
         INFO(where(world) << ", " << describe(spec) << ": " << want << " elements");
         CHECK(h.strategy->step_report().bytes_sent == want * sizeof(float));
       }
@@ -275,7 +270,9 @@ TEST_CASE("ZeRO checkpoints: each rank its shard; resume bitwise; reshard onto a
       std::vector<float> whole_now(n);
       sub->all_gather(v->data(), whole_now.data(), n, DataType::kFloat32);
       CHECK_MATCH(compare_bitwise(std::string("resharded onto 2 ranks vs saved by ") + std::to_string(world.size()) +
-                                      (k == 0 ? ": params" : k == 1 ? ": adam.m" : ": adam.v"),
+                                      (k == 0   ? ": params"
+                                       : k == 1 ? ": adam.m"
+                                                : ": adam.v"),
                                   whole_now.data(), whole_then[static_cast<std::size_t>(k)].data(), n));
       ++k;
     }
@@ -296,8 +293,8 @@ TEST_CASE("bad ZeRO settings and files fail with one clear message", "[zero_erro
   CHECK_THROWS_WITH(ZeroStrategy(world, o), Catch::Contains("--offload") && Catch::Contains("not built yet"));
   o.parallel.offload = false;
   o.precision = "bf16";
-  CHECK_THROWS_WITH(ZeroStrategy(world, o), Catch::Contains("--zero 2: ZeRO's shards run in fp32") &&
-                                                Catch::Contains("use --precision fp32"));
+  CHECK_THROWS_WITH(ZeroStrategy(world, o),
+                    Catch::Contains("--zero 2: ZeRO's shards run in fp32") && Catch::Contains("use --precision fp32"));
   o.precision = "fp32";
   o.parallel.reshard = true;
   o.parallel.zero = 0;
@@ -310,8 +307,8 @@ TEST_CASE("bad ZeRO settings and files fail with one clear message", "[zero_erro
                       Catch::Contains("does not compose with tensor or pipeline parallelism"));
   }
   // A shard file read as a whole checkpoint says how to resume it.
-  const std::string path = std::filesystem::temp_directory_path() / ("scalelab_zero_shard_" +
-                                                                    std::to_string(world.rank()) + ".state");
+  const std::string path = std::filesystem::temp_directory_path() /
+                           ("scalelab_zero_shard_" + std::to_string(world.rank()) + ".state");
   TrainCheckpoint c;
   c.config = config();
   const std::size_t n = ParamLayout(c.config).num_params();
