@@ -33,6 +33,14 @@ struct Rung {
   std::function<void(TrainOptions&)> apply;
 };
 
+// Stage 07: the data-parallel rung with the state sharded (every rank a replica of the rows).
+std::function<void(TrainOptions&)> zero_rung(int stage) {
+  return [stage](TrainOptions& o) {
+    o.parallel.zero = stage;
+    o.threads = 1;
+  };
+}
+
 std::vector<Rung> all_rungs(int accum, int ranks) {
   const std::string k = std::to_string(accum);
   return {
@@ -67,6 +75,9 @@ std::vector<Rung> all_rungs(int accum, int ranks) {
          o.parallel.sequence_parallel = true;
          o.threads = 1;
        }},
+      {"07", "ZeRO-1 x" + std::to_string(ranks), ranks, zero_rung(1)},
+      {"07", "ZeRO-2 x" + std::to_string(ranks), ranks, zero_rung(2)},
+      {"07", "ZeRO-3 x" + std::to_string(ranks), ranks, zero_rung(3)},
   };
 }
 
@@ -156,7 +167,7 @@ void add_ladder_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--stages", *stages, "Comma-separated stage numbers to run (e.g. 00,02), or all")
       ->capture_default_str();
-  cmd->add_option("--ranks", *ranks, "Processes for the multi-rank rungs (stages 04-06; started with mpirun)")
+  cmd->add_option("--ranks", *ranks, "Processes for the multi-rank rungs (stages 04-07; started with mpirun)")
       ->capture_default_str();
   cmd->callback([=] {
     const TrainOptions base = flags->finish();
@@ -258,6 +269,11 @@ void add_ladder_command(CLI::App& app) {
             "(per block and pass: 2 all-gathers, 2 reduce-scatters; the ledger: scalelab train --tp %d "
             "--sequence-parallel)\n",
             row["comm_bytes_per_step"].get<double>() / 1e6, row["ranks"].get<int>());
+      else if (row["stage"] == "07")
+        std::printf(
+            "stage 07 (%s): each rank sent %.1f MB per step in its reduce-scatters and all-gathers (stages 1-2: "
+            "2 psi (d-1)/d, stage 3: 3 psi (d-1)/d; peak params/grads/optimizer above are per rank)\n",
+            row["name"].get<std::string>().c_str(), row["comm_bytes_per_step"].get<double>() / 1e6);
       else if (row.contains("comm_hidden_fraction"))
         std::printf(
             "stage %s: each rank sent %.1f MB per step in its all-reduces; %.0f%% of the all-reduce time was "

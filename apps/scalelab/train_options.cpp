@@ -100,6 +100,8 @@ void add_train_flags(CLI::App* cmd, TrainFlags& f, bool parallel) {
   add(cmd->add_flag("--sequence-parallel", p.sequence_parallel, "Stage 06: split LayerNorm regions by sequence"));
   add(cmd->add_option("--zero", p.zero, "Stage 07: ZeRO stage 0, 1, 2 or 3"));
   add(cmd->add_flag("--offload", p.offload, "Stage 07: optimizer state and step on the host"));
+  add(cmd->add_flag("--reshard", p.reshard,
+                    "Stage 07: resume a ZeRO checkpoint saved by a different number of data-parallel ranks"));
   add(cmd->add_option("--ddp", p.ddp, "Stage 04: auto (DDP when --dp > 1), none, naive or bucketed"));
   add(cmd->add_option("--allreduce", p.allreduce, "Stage 04: builtin (the backend's) or ring (ours)"));
   add(cmd->add_option("--bucket-mb", p.bucket_mb, "Stage 04: bucket size in MiB"));

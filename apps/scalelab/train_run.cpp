@@ -12,6 +12,7 @@
 #include "core/stats.hpp"
 #include "device_models.hpp"
 #include "dist/timeline.hpp"
+#include "model/params.hpp"
 #include "parallel/strategy_factory.hpp"
 #include "train/metrics.hpp"
 
@@ -137,10 +138,12 @@ RunSummary run_training(const TrainOptions& options, const RunOutput& out, Commu
   const float* p = trainer.model().master_params();
   summary.final_params.assign(p, p + summary.num_params);
   if (out.progress) {
-    const double n = static_cast<double>(summary.num_params);
+    // Per parameter of the whole model: a rank that holds a part (ZeRO's shard, a tensor-parallel
+    // split, a pipeline stage) shows what its part costs against the model it trains.
+    const double n = static_cast<double>(ParamLayout(trainer.model().config()).num_params());
     std::printf("\n%smemory by category after %d steps:\n%s", out.label.c_str(), options.steps,
                 tracker.report().c_str());
-    std::printf("bytes per parameter: params %.2f + grads %.2f + optimizer %.2f = %.2f\n",
+    std::printf("bytes per model parameter: params %.2f + grads %.2f + optimizer %.2f = %.2f\n",
                 tracker.peak(MemCategory::kParams) / n, tracker.peak(MemCategory::kGrads) / n,
                 tracker.peak(MemCategory::kOptimizer) / n,
                 (tracker.peak(MemCategory::kParams) + tracker.peak(MemCategory::kGrads) +

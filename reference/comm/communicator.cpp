@@ -157,6 +157,54 @@ void Communicator::all_gather(const void* send, void* recv, std::size_t count, D
   do_all_gather(send, recv, count, type);
 }
 
+Request Communicator::ireduce_scatter_v(const void* send, void* recv, const Pieces& pieces, DataType type,
+                                        ReduceOp op) {
+  SCALELAB_CHECK(pieces.parts() == size_, "reduce_scatter_v: ", pieces.parts(), " pieces for ", size_, " ranks");
+  check_buffer(send, pieces.count(), "reduce_scatter_v");
+  check_buffer(recv, pieces.size(rank_), "reduce_scatter_v");
+  const RingTraffic t = ring_reduce_scatter_traffic(pieces, rank_);
+  const std::size_t e = dtype_size(type);
+  Counted counted(stats_[CommOp::kReduceScatter], t.sent * e, t.received * e);
+  Request request;
+  request.state_ = do_ireduce_scatter_v(send, recv, pieces, type, op);
+  request.op_ = CommOp::kReduceScatter;
+  return request;
+}
+
+Request Communicator::iall_gather_v(const void* send, void* recv, const Pieces& pieces, DataType type) {
+  SCALELAB_CHECK(pieces.parts() == size_, "all_gather_v: ", pieces.parts(), " pieces for ", size_, " ranks");
+  check_buffer(send, pieces.size(rank_), "all_gather_v");
+  check_buffer(recv, pieces.count(), "all_gather_v");
+  const RingTraffic t = ring_all_gather_traffic(pieces, rank_);
+  const std::size_t e = dtype_size(type);
+  Counted counted(stats_[CommOp::kAllGather], t.sent * e, t.received * e);
+  Request request;
+  request.state_ = do_iall_gather_v(send, recv, pieces, type);
+  request.op_ = CommOp::kAllGather;
+  return request;
+}
+
+void Communicator::reduce_scatter_v(const void* send, void* recv, const Pieces& pieces, DataType type, ReduceOp op) {
+  Request r = ireduce_scatter_v(send, recv, pieces, type, op);
+  wait(r);
+}
+
+void Communicator::all_gather_v(const void* send, void* recv, const Pieces& pieces, DataType type) {
+  Request r = iall_gather_v(send, recv, pieces, type);
+  wait(r);
+}
+
+std::unique_ptr<RequestState> Communicator::do_ireduce_scatter_v(const void*, void*, const Pieces&, DataType,
+                                                                 ReduceOp) {
+  throw ConfigError(std::string("zero: the '") + backend() +
+                    "' communicator has no uneven reduce-scatter; ZeRO runs on the mpi backend (--device cpu)");
+}
+
+std::unique_ptr<RequestState> Communicator::do_iall_gather_v(const void*, void*, const Pieces&, DataType) {
+  throw ConfigError(std::string("zero: the '") + backend() +
+                    "' communicator has no uneven all-gather; ZeRO runs on the mpi backend (--device cpu)");
+}
+
 void Communicator::broadcast(void* buf, std::size_t count, DataType type, int root) {
   check_peer(root, "broadcast root");
   check_buffer(buf, count, "broadcast");

@@ -89,6 +89,16 @@ class Communicator {
   void all_gather(const void* send, void* recv, std::size_t count, DataType type);
   void broadcast(void* buf, std::size_t count, DataType type, int root);
   void barrier();
+  // Uneven reduce-scatter and all-gather (stage 07, ZeRO): rank r's piece is pieces' block r,
+  // of any size, empty included. reduce_scatter_v: send holds pieces.count() elements; recv
+  // (pieces.size(rank)) gets the sum over ranks of this rank's piece; send and recv must not
+  // overlap. all_gather_v: send holds this rank's piece; recv (pieces.count()) gets every piece
+  // in place (send may be recv + pieces.offset(rank)). Counted with the ring's exact volumes.
+  // The non-blocking forms keep `pieces` themselves; the buffers must live until the wait.
+  Request ireduce_scatter_v(const void* send, void* recv, const Pieces& pieces, DataType type, ReduceOp op);
+  Request iall_gather_v(const void* send, void* recv, const Pieces& pieces, DataType type);
+  void reduce_scatter_v(const void* send, void* recv, const Pieces& pieces, DataType type, ReduceOp op);
+  void all_gather_v(const void* send, void* recv, const Pieces& pieces, DataType type);
   // Ranks passing the same color (>= 0) form a new communicator, ordered by key (ties by rank).
   // Collective over this communicator. The result shares this one's watchdog.
   std::unique_ptr<Communicator> split(int color, int key);
@@ -124,6 +134,12 @@ class Communicator {
   virtual void do_reduce_scatter(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) = 0;
   virtual void do_all_gather(const void* send, void* recv, std::size_t count, DataType type) = 0;
   virtual void do_broadcast(void* buf, std::size_t count, DataType type, int root) = 0;
+  // The uneven collectives; by default a ConfigError naming the backend (the mpi and local
+  // backends have them).
+  virtual std::unique_ptr<RequestState> do_ireduce_scatter_v(const void* send, void* recv, const Pieces& pieces,
+                                                             DataType type, ReduceOp op);
+  virtual std::unique_ptr<RequestState> do_iall_gather_v(const void* send, void* recv, const Pieces& pieces,
+                                                         DataType type);
   virtual void do_barrier() = 0;
   virtual std::unique_ptr<Communicator> do_split(int color, int key) = 0;
 

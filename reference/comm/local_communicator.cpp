@@ -103,6 +103,20 @@ void LocalCommunicator::do_all_gather(const void* send, void* recv, std::size_t 
   copy_if_distinct(recv, send, count * dtype_size(type));
 }
 
+// One rank: its piece is the whole buffer.
+std::unique_ptr<RequestState> LocalCommunicator::do_ireduce_scatter_v(const void* send, void* recv,
+                                                                      const Pieces& pieces, DataType type,
+                                                                      ReduceOp /*op*/) {
+  copy_if_distinct(recv, send, pieces.count() * dtype_size(type));
+  return std::make_unique<DoneState>();
+}
+
+std::unique_ptr<RequestState> LocalCommunicator::do_iall_gather_v(const void* send, void* recv, const Pieces& pieces,
+                                                                  DataType type) {
+  copy_if_distinct(recv, send, pieces.count() * dtype_size(type));
+  return std::make_unique<DoneState>();
+}
+
 void LocalCommunicator::do_broadcast(void* /*buf*/, std::size_t /*count*/, DataType /*type*/, int /*root*/) {}
 
 std::unique_ptr<Communicator> LocalCommunicator::do_split(int /*color*/, int /*key*/) {

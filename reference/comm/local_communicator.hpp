@@ -29,6 +29,10 @@ class LocalCommunicator final : public Communicator {
   void do_reduce_scatter(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) override;
   void do_all_gather(const void* send, void* recv, std::size_t count, DataType type) override;
   void do_broadcast(void* buf, std::size_t count, DataType type, int root) override;
+  std::unique_ptr<RequestState> do_ireduce_scatter_v(const void* send, void* recv, const Pieces& pieces, DataType type,
+                                                     ReduceOp op) override;
+  std::unique_ptr<RequestState> do_iall_gather_v(const void* send, void* recv, const Pieces& pieces,
+                                                 DataType type) override;
   void do_barrier() override {}
   std::unique_ptr<Communicator> do_split(int color, int key) override;
 

@@ -7,6 +7,8 @@
 #include <memory>
 #include <vector>
 
+#include "core/error.hpp"
+
 namespace scalelab {
 
 namespace {
@@ -30,9 +32,9 @@ struct Piece {
 // the start of the block. block_at(s) is the block received at step s; an empty block has no
 // pieces (both neighbours see the same partition, so they agree on every piece).
 template <typename BlockAt>
-std::vector<Piece> incoming_pieces(const BlockPartition& blocks, std::size_t piece_elems, BlockAt block_at) {
+std::vector<Piece> incoming_pieces(const Pieces& blocks, std::size_t piece_elems, BlockAt block_at) {
   std::vector<Piece> pieces;
-  for (int s = 0; s < blocks.parts - 1; ++s) {
+  for (int s = 0; s < blocks.parts() - 1; ++s) {
     const int b = block_at(s);
     const std::size_t begin = blocks.offset(b), end = begin + blocks.size(b);
     for (std::size_t at = begin; at < end; at += piece_elems)
@@ -89,11 +91,10 @@ class RingScope {
 };
 
 template <typename T>
-void reduce_scatter_steps(Communicator& comm, T* data, std::size_t count, const RingOptions& options) {
+void reduce_scatter_steps(Communicator& comm, T* data, const Pieces& blocks, const RingOptions& options) {
   // LAB 04 BEGIN ring_reduce_scatter: section 2
   const int n = comm.size(), r = comm.rank();
-  if (n == 1 || count == 0) return;
-  const BlockPartition blocks = comm.partition(count);
+  if (n == 1 || blocks.count() == 0) return;
   const std::size_t piece = piece_elements(options, sizeof(T));
   const int next = wrap(r + 1, n), prev = wrap(r - 1, n);
   const DataType type = dtype_of<T>();
@@ -110,7 +111,7 @@ void reduce_scatter_steps(Communicator& comm, T* data, std::size_t count, const 
   // they were sent, so `window` slots let receives run ahead of the adding.
   const std::vector<Piece> incoming = incoming_pieces(blocks, piece, [&](int s) { return wrap(r - 2 - s, n); });
   const std::size_t window = std::min<std::size_t>(std::max(options.window, 1), incoming.size());
-  const std::size_t slot_elems = std::min(piece, blocks.size(0));  // block 0 is a largest block
+  const std::size_t slot_elems = std::min(piece, blocks.largest());
   // Not zeroed (zeroing cost ~5% of a 1 MiB all-reduce): a receive fills each slot before it is read.
   const auto scratch = std::make_unique_for_overwrite<T[]>(window * slot_elems);
   std::vector<Request> recvs(window);
@@ -133,11 +134,10 @@ void reduce_scatter_steps(Communicator& comm, T* data, std::size_t count, const 
 }
 
 template <typename T>
-void all_gather_steps(Communicator& comm, T* data, std::size_t count, const RingOptions& options) {
+void all_gather_steps(Communicator& comm, T* data, const Pieces& blocks, const RingOptions& options) {
   // LAB 04 BEGIN ring_all_gather: section 3
   const int n = comm.size(), r = comm.rank();
-  if (n == 1 || count == 0) return;
-  const BlockPartition blocks = comm.partition(count);
+  if (n == 1 || blocks.count() == 0) return;
   const std::size_t piece = piece_elements(options, sizeof(T));
   const int next = wrap(r + 1, n), prev = wrap(r - 1, n);
   const DataType type = dtype_of<T>();
@@ -172,13 +172,29 @@ void all_gather_steps(Communicator& comm, T* data, std::size_t count, const Ring
 template <typename T>
 void ring_reduce_scatter(Communicator& comm, T* data, std::size_t count, const RingOptions& options) {
   RingScope scope(comm, CommOp::kRingReduceScatter);
-  reduce_scatter_steps(comm, data, count, options);
+  reduce_scatter_steps(comm, data, Pieces::even(count, comm.size()), options);
 }
 
 template <typename T>
 void ring_all_gather(Communicator& comm, T* data, std::size_t count, const RingOptions& options) {
   RingScope scope(comm, CommOp::kRingAllGather);
-  all_gather_steps(comm, data, count, options);
+  all_gather_steps(comm, data, Pieces::even(count, comm.size()), options);
+}
+
+template <typename T>
+void ring_reduce_scatter_v(Communicator& comm, T* data, const Pieces& pieces, const RingOptions& options) {
+  SCALELAB_CHECK(pieces.parts() == comm.size(), "ring_reduce_scatter_v: ", pieces.parts(), " pieces for ", comm.size(),
+                 " ranks");
+  RingScope scope(comm, CommOp::kRingReduceScatter);
+  reduce_scatter_steps(comm, data, pieces, options);
+}
+
+template <typename T>
+void ring_all_gather_v(Communicator& comm, T* data, const Pieces& pieces, const RingOptions& options) {
+  SCALELAB_CHECK(pieces.parts() == comm.size(), "ring_all_gather_v: ", pieces.parts(), " pieces for ", comm.size(),
+                 " ranks");
+  RingScope scope(comm, CommOp::kRingAllGather);
+  all_gather_steps(comm, data, pieces, options);
 }
 
 template <typename T>
@@ -186,15 +202,18 @@ void ring_all_reduce(Communicator& comm, T* data, std::size_t count, const RingO
   RingScope scope(comm, CommOp::kRingAllReduce);
   // LAB 04 BEGIN ring_all_reduce: section 4
   // Reduce-scatter leaves the sum of block r on rank r, exactly where all-gather expects it.
-  reduce_scatter_steps(comm, data, count, options);
-  all_gather_steps(comm, data, count, options);
+  const Pieces blocks = Pieces::even(count, comm.size());
+  reduce_scatter_steps(comm, data, blocks, options);
+  all_gather_steps(comm, data, blocks, options);
   // LAB 04 END
 }
 
-#define SCALELAB_RING_DEFINE(T)                                                             \
-  template void ring_reduce_scatter<T>(Communicator&, T*, std::size_t, const RingOptions&); \
-  template void ring_all_gather<T>(Communicator&, T*, std::size_t, const RingOptions&);     \
-  template void ring_all_reduce<T>(Communicator&, T*, std::size_t, const RingOptions&);
+#define SCALELAB_RING_DEFINE(T)                                                                 \
+  template void ring_reduce_scatter<T>(Communicator&, T*, std::size_t, const RingOptions&);     \
+  template void ring_all_gather<T>(Communicator&, T*, std::size_t, const RingOptions&);         \
+  template void ring_all_reduce<T>(Communicator&, T*, std::size_t, const RingOptions&);         \
+  template void ring_reduce_scatter_v<T>(Communicator&, T*, const Pieces&, const RingOptions&); \
+  template void ring_all_gather_v<T>(Communicator&, T*, const Pieces&, const RingOptions&);
 SCALELAB_RING_DEFINE(float)
 SCALELAB_RING_DEFINE(double)
 SCALELAB_RING_DEFINE(std::int32_t)

@@ -38,11 +38,20 @@ void ring_all_gather(Communicator& comm, T* data, std::size_t count, const RingO
 // On return, data holds the elementwise sum over all ranks.
 template <typename T>
 void ring_all_reduce(Communicator& comm, T* data, std::size_t count, const RingOptions& options = {});
+// The same two over uneven pieces (comm/partition.hpp): data holds pieces.count() elements and
+// rank r's piece is pieces' block r; empty pieces are skipped. ZeRO (stage 07) reduce-scatters
+// and gathers each block of the model where the ranks' shards cut it.
+template <typename T>
+void ring_reduce_scatter_v(Communicator& comm, T* data, const Pieces& pieces, const RingOptions& options = {});
+template <typename T>
+void ring_all_gather_v(Communicator& comm, T* data, const Pieces& pieces, const RingOptions& options = {});
 
-#define SCALELAB_RING_DECLARE(T)                                                                   \
-  extern template void ring_reduce_scatter<T>(Communicator&, T*, std::size_t, const RingOptions&); \
-  extern template void ring_all_gather<T>(Communicator&, T*, std::size_t, const RingOptions&);     \
-  extern template void ring_all_reduce<T>(Communicator&, T*, std::size_t, const RingOptions&);
+#define SCALELAB_RING_DECLARE(T)                                                                       \
+  extern template void ring_reduce_scatter<T>(Communicator&, T*, std::size_t, const RingOptions&);     \
+  extern template void ring_all_gather<T>(Communicator&, T*, std::size_t, const RingOptions&);         \
+  extern template void ring_all_reduce<T>(Communicator&, T*, std::size_t, const RingOptions&);         \
+  extern template void ring_reduce_scatter_v<T>(Communicator&, T*, const Pieces&, const RingOptions&); \
+  extern template void ring_all_gather_v<T>(Communicator&, T*, const Pieces&, const RingOptions&);
 SCALELAB_RING_DECLARE(float)
 SCALELAB_RING_DECLARE(double)
 SCALELAB_RING_DECLARE(std::int32_t)

@@ -51,17 +51,22 @@ std::string shape_summary(const GPTConfig& c) {
 }  // namespace
 
 void save_checkpoint(const std::string& path, const TrainCheckpoint& ckpt) {
+  save_checkpoint_shard(path, ckpt, CheckpointShard{0, 1, 0, ParamLayout(ckpt.config).num_params()});
+}
+
+void save_checkpoint_shard(const std::string& path, const TrainCheckpoint& ckpt, const CheckpointShard& shard) {
   const std::string where = "checkpoint '" + path + "'";
   ckpt.config.validate();
-  const std::size_t n = ParamLayout(ckpt.config).num_params();
+  const std::size_t n = shard.end - shard.begin;
   const std::vector<float>* parts[] = {&ckpt.params, &ckpt.adam_m, &ckpt.adam_v};
   for (int i = 0; i < 3; ++i)
     require(parts[i]->size() == n, where,
             std::string(kTensors[i]) + " has " + std::to_string(parts[i]->size()) + " values but config '" +
-                ckpt.config.name + "' has " + std::to_string(n) + " parameters",
+                ckpt.config.name + (shard.ranks > 1 ? "' gives this shard " : "' has ") + std::to_string(n) +
+                " parameters",
             "save the state of a model built from the same config");
   const GPTConfig& c = ckpt.config;
-  const std::map<std::string, std::string> md = {
+  std::map<std::string, std::string> md = {
       {"format", kFormat},
       {"config", c.name},
       {"vocab_size", std::to_string(c.vocab_size)},
@@ -80,12 +85,18 @@ void save_checkpoint(const std::string& path, const TrainCheckpoint& ckpt) {
       {"min_lr_fraction", double_string(ckpt.lr_schedule.min_lr_fraction)},
       {"total_steps", std::to_string(ckpt.total_steps)},
   };  // the trailing comma keeps clang-format's one-entry-per-line layout
+  if (shard.ranks > 1) {
+    md["zero_rank"] = std::to_string(shard.rank);
+    md["zero_ranks"] = std::to_string(shard.ranks);
+    md["shard_begin"] = std::to_string(shard.begin);
+    md["shard_end"] = std::to_string(shard.end);
+  }
   std::vector<TensorRef> tensors;
   for (int i = 0; i < 3; ++i) tensors.push_back({kTensors[i], "F32", {n}, parts[i]->data()});
   write_safetensors(path, tensors, md);
 }
 
-TrainCheckpoint load_checkpoint(const std::string& path, const GPTConfig* expected) {
+TrainCheckpoint load_checkpoint(const std::string& path, const GPTConfig* expected, CheckpointShard* shard) {
   const std::string where = "checkpoint '" + path + "'";
   const SafetensorsFile file(path, "checkpoint");
   const auto& md = file.metadata();
@@ -151,7 +162,23 @@ TrainCheckpoint load_checkpoint(const std::string& path, const GPTConfig* expect
               "resume with " + gpt_config_flags(c) + ", or start a new run without resuming");
   }
 
-  const std::size_t n = ParamLayout(c).num_params();
+  const std::size_t whole = ParamLayout(c).num_params();
+  CheckpointShard cut{0, 1, 0, whole};
+  if (md.count("zero_ranks")) {
+    cut.rank = parse_field<int>(md, "zero_rank", where);
+    cut.ranks = parse_field<int>(md, "zero_ranks", where);
+    cut.begin = parse_field<std::size_t>(md, "shard_begin", where);
+    cut.end = parse_field<std::size_t>(md, "shard_end", where);
+    require(cut.ranks >= 1 && cut.rank >= 0 && cut.rank < cut.ranks && cut.begin <= cut.end && cut.end <= whole, where,
+            "its ZeRO shard fields are inconsistent", "the file is damaged; use another checkpoint");
+    require(shard != nullptr, where,
+            "holds rank " + std::to_string(cut.rank) + "'s shard of a ZeRO checkpoint sharded over " +
+                std::to_string(cut.ranks) + " ranks",
+            "resume it with --zero 1, 2 or 3 under mpirun -np " + std::to_string(cut.ranks) +
+                " (or add --reshard for another number of ranks)");
+  }
+  if (shard) *shard = cut;
+  const std::size_t n = cut.end - cut.begin;
   std::vector<float>* parts[] = {&ck.params, &ck.adam_m, &ck.adam_v};
   for (int i = 0; i < 3; ++i) {
     const std::string t = kTensors[i];

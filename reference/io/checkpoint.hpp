@@ -29,10 +29,23 @@ struct TrainCheckpoint {
   long total_steps = 0;
 };
 
+// ZeRO (stage 07): a checkpoint file may hold one rank's shard, [begin, end) of the flat
+// buffer, of a state sharded over `ranks` ranks; its params, adam.m and adam.v then hold
+// end - begin values.
+struct CheckpointShard {
+  int rank = 0, ranks = 1;
+  std::size_t begin = 0, end = 0;
+};
+
 void save_checkpoint(const std::string& path, const TrainCheckpoint& ckpt);
+// One rank's shard (ckpt's vectors hold shard.end - shard.begin values).
+void save_checkpoint_shard(const std::string& path, const TrainCheckpoint& ckpt, const CheckpointShard& shard);
 // Strict load; when `expected` is given its shape must match the checkpoint's, else ConfigError
 // names the differing field ("checkpoint 'x' was saved for config mini (C=256) but ...").
-TrainCheckpoint load_checkpoint(const std::string& path, const GPTConfig* expected = nullptr);
+// A shard file is refused with a message that says how to resume it, unless `shard` is given:
+// it then receives the file's shard description (whole files: rank 0 of 1, all of the buffer).
+TrainCheckpoint load_checkpoint(const std::string& path, const GPTConfig* expected = nullptr,
+                                CheckpointShard* shard = nullptr);
 // The values of the tensors of `held` (a pipeline stage's, stage 05) by name, in held's order,
 // from whole-model values in ParamLayout(config) order (a checkpoint's params, m or v, or a weights
 // file's). ConfigError when whole is not the config's size or a name is not the config's.

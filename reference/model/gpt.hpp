@@ -87,6 +87,8 @@ class GPTModel : private BlockRunner {
   GPTModel(const GPTConfig& config, MemoryTracker* tracker, const ModelSlice& slice = {});
   // The same over num_params() parameters and gradients at `params` and `grads`, which the
   // caller owns (and counts): a pipeline rank's model chunks share one flat buffer (stage 05).
+  // Either may be null (ZeRO, stage 07: gradients or parameters are sharded); the caller then
+  // points the views at real memory with set_views() before anything reads them.
   GPTModel(const GPTConfig& config, MemoryTracker* tracker, const ModelSlice& slice, F* params, F* grads);
 
   const GPTConfig& config() const { return config_; }
@@ -155,13 +157,24 @@ class GPTModel : private BlockRunner {
   // bucket's all-reduce from here. An empty function turns it off.
   void set_grad_ready_hook(std::function<void(std::size_t)> hook) { grad_ready_hook_ = std::move(hook); }
 
+  // Stage 07 (ZeRO): where the tensors are. A sharded model gathers a block's parameters into a
+  // working buffer just before the block runs and frees them after, so the views change during a
+  // step. The hook is called before each block's forward (recompute included) and backward, with
+  // the block's number and whether it is the backward; it may call set_views(). The views must
+  // keep this model's layout: one BlockView per block.
+  const ParamView<F>& weight_views() const { return w_; }
+  const ParamView<F>& grad_views() const { return g_; }
+  void set_views(const ParamView<F>& weights, const ParamView<F>& grads);
+  void set_block_hook(std::function<void(int block, bool backward)> hook) { block_hook_ = std::move(hook); }
+
   // Work counters since construction: full block forwards (recompute included) and
   // attention-only recomputes (the selective policy).
   std::size_t block_forward_count() const { return block_forwards_; }
   std::size_t attention_recompute_count() const { return attention_recomputes_; }
 
  private:
-  void find_offsets();  // block_offsets_ and lnf_offset_, from the layout
+  void find_offsets();                         // block_offsets_ and lnf_offset_, from the layout
+  static ParamView<F> unset_view(int blocks);  // null pointers, one BlockView per block
   void ensure_buffers(int B, int T);
   void assign_activations(int B, int T);
   // The blocks' backward: the plain loop of stage 00 without checkpointing (lab 00 writes it
@@ -169,6 +182,9 @@ class GPTModel : private BlockRunner {
   void backward_blocks(const ParamView<F>& w, const ParamView<F>& g);
   // block_backward for block l (whose input was x), then the grad-ready notification.
   void block_backward_at(int l, const BlockActs<F>& a, const F* x, const ParamView<F>& w, const ParamView<F>& g);
+  void before_block(int l, bool backward) {
+    if (block_hook_) block_hook_(l, backward);
+  }
   void notify_grads_ready(std::size_t offset) {
     if (grad_ready_hook_) grad_ready_hook_(offset);
   }
@@ -212,6 +228,7 @@ class GPTModel : private BlockRunner {
   std::vector<int> tokens_, targets_;
   CheckpointPolicy policy_;
   std::function<void(std::size_t)> grad_ready_hook_;
+  std::function<void(int, bool)> block_hook_;
   std::vector<std::size_t> block_offsets_;  // flat offset of each block's first parameter
   std::size_t lnf_offset_ = 0;              // (the head's; unused without the head)
   std::size_t block_forwards_ = 0;

@@ -1,27 +1,31 @@
-// The registry of parallel strategies. A stage adds its strategy here, nowhere else (05 pipeline, 06 tensor parallel).
+// The registry of parallel strategies. A stage adds its strategy here, nowhere else (05 pipeline, 06 tensor parallel,
+// 07 ZeRO).
 #include "parallel/strategy_factory.hpp"
 
 #include "core/error.hpp"
 #include "dist/pipeline_strategy.hpp"
 #include "dist/tp_strategy.hpp"
+#include "dist/zero_strategy.hpp"
 #include "train/single_device.hpp"
 
 namespace scalelab {
 
 namespace {
 
-// Settings that name a stage this build does not have yet: one clear refusal each.
-void refuse_missing_stages(const ParallelOptions& p) {
-  require(p.zero == 0, "zero", "ZeRO (--zero " + std::to_string(p.zero) + ") is stage 07, not built yet",
-          "use --zero 0 (plain data parallelism)");
-  require(!p.offload, "offload", "optimizer offload is stage 07, not built yet", "drop --offload");
+// ZeRO shards the data-parallel group's state; in this build that group is the world.
+void refuse_zero_compositions(const ParallelOptions& p) {
+  if (p.zero == 0) return;
+  require(p.tp == 1 && p.pp == 1, "zero",
+          "--zero " + std::to_string(p.zero) + " with --tp " + std::to_string(p.tp) + " --pp " + std::to_string(p.pp) +
+              ": ZeRO does not compose with tensor or pipeline parallelism in this build",
+          "use --zero with data parallelism alone (--tp 1 --pp 1)");
 }
 
 }  // namespace
 
 void check_parallel_options(const TrainOptions& o, int world_size) {
   o.validate(world_size);
-  refuse_missing_stages(o.parallel);
+  refuse_zero_compositions(o.parallel);
 }
 
 StrategyFactory make_strategy_factory(Communicator* world, GradCommFactory grad_comm) {
@@ -37,6 +41,11 @@ StrategyFactory make_strategy_factory(Communicator* world, GradCommFactory grad_
       require(world != nullptr, "tp", "tensor parallelism needs a communicator, and this run has none",
               "start the run through scalelab train (mpirun -np N for N ranks)");
       return std::make_unique<TensorParallelStrategy>(*world, o);
+    }
+    if (o.parallel.zero > 0) {
+      require(world != nullptr, "zero", "ZeRO needs a communicator, and this run has none",
+              "start the run through scalelab train (mpirun -np N for N ranks)");
+      return std::make_unique<ZeroStrategy>(*world, o);
     }
     const int d = o.data_parallel_size(world_size);
     const bool ddp = d > 1 || o.parallel.ddp == "naive" || o.parallel.ddp == "bucketed";

@@ -132,6 +132,13 @@ class ParallelStrategy {
 
   // The strategy's own part of a training checkpoint (shards, its counters), written after and
   // read after the trainer's part. Nothing by default.
+  // The training checkpoint at `path` (--resume) as this rank holds it: params, m and v cut to
+  // this rank's part. By default one whole-model file cut by held_checkpoint(); ZeRO reads its
+  // own shard file (or every shard, to re-cut them for another number of ranks).
+  virtual TrainCheckpoint load_checkpoint(const std::string& path, const TrainModel& model) const;
+  // A whole-model checkpoint's params, m and v cut by held_values().
+  TrainCheckpoint held_checkpoint(const TrainModel& model, const TrainCheckpoint& whole) const;
+
   virtual void save_state(TrainCheckpoint& /*checkpoint*/) const {}
   virtual void load_state(const TrainCheckpoint& /*checkpoint*/) {}
 

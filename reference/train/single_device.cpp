@@ -16,6 +16,18 @@ void ParallelStrategy::save_checkpoint(const TrainCheckpoint& checkpoint, const 
   scalelab::save_checkpoint(path, checkpoint);
 }
 
+TrainCheckpoint ParallelStrategy::load_checkpoint(const std::string& path, const TrainModel& model) const {
+  return held_checkpoint(model, scalelab::load_checkpoint(path, &model.config()));
+}
+
+TrainCheckpoint ParallelStrategy::held_checkpoint(const TrainModel& model, const TrainCheckpoint& whole) const {
+  TrainCheckpoint c = whole;
+  c.params = held_values(model, whole.params);
+  c.adam_m = held_values(model, whole.adam_m);
+  c.adam_v = held_values(model, whole.adam_v);
+  return c;
+}
+
 std::vector<float> ParallelStrategy::held_values(const TrainModel& model, const std::vector<float>& whole) const {
   return held_by_name(model.config(), model.layout(), whole);
 }

@@ -78,6 +78,8 @@ void validate_layout(const TrainOptions& o, const GPTConfig& c) {
           "use --zero 1 (optimizer state), 2 (+ gradients) or 3 (+ parameters)");
   require(!p.offload || p.zero >= 1, "offload", "--offload moves ZeRO's optimizer shards to the host",
           "add --zero 1 (or 2, 3), or drop --offload");
+  require(!p.reshard || p.zero >= 1, "reshard", "--reshard re-cuts a ZeRO checkpoint's shards for this run",
+          "add --zero 1 (or 2, 3), or drop --reshard");
   require(one_of(p.ddp, {"auto", "none", "naive", "bucketed"}), "ddp", "unknown mode '" + p.ddp + "'",
           "use naive or bucketed (or none for one process)");
   require(one_of(p.allreduce, {"builtin", "ring"}), "allreduce", "unknown algorithm '" + p.allreduce + "'",
@@ -190,6 +192,7 @@ nlohmann::json options_to_json(const TrainOptions& o) {
         {"sequence_parallel", p.sequence_parallel},
         {"zero", p.zero},
         {"offload", p.offload},
+        {"reshard", p.reshard},
         {"ddp", p.ddp},
         {"allreduce", p.allreduce},
         {"bucket_mb", p.bucket_mb},
@@ -294,8 +297,8 @@ TrainOptions options_from_json(const nlohmann::json& j) {
 
   const std::string pw = "the options' parallel";
   no_other_keys(p,
-                {"dp", "tp", "pp", "micro_batches", "schedule", "sequence_parallel", "zero", "offload", "ddp",
-                 "allreduce", "bucket_mb", "first_bucket_mb", "backend", "trace"},
+                {"dp", "tp", "pp", "micro_batches", "schedule", "sequence_parallel", "zero", "offload", "reshard",
+                 "ddp", "allreduce", "bucket_mb", "first_bucket_mb", "backend", "trace"},
                 pw);
   ParallelOptions& q = o.parallel;
   read(p, "dp", q.dp, pw);
@@ -306,6 +309,7 @@ TrainOptions options_from_json(const nlohmann::json& j) {
   read(p, "sequence_parallel", q.sequence_parallel, pw);
   read(p, "zero", q.zero, pw);
   read(p, "offload", q.offload, pw);
+  read(p, "reshard", q.reshard, pw);
   read(p, "ddp", q.ddp, pw);
   read(p, "allreduce", q.allreduce, pw);
   read(p, "bucket_mb", q.bucket_mb, pw);

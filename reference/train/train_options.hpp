@@ -34,6 +34,7 @@ struct ParallelOptions {
   bool sequence_parallel = false;  // stage 06
   int zero = 0;                    // stage 07: 0 (plain DDP), 1, 2 or 3
   bool offload = false;            // stage 07: optimizer state and step on the host
+  bool reshard = false;            // stage 07: resume a ZeRO checkpoint saved by another number of ranks
   // Stage 04: auto (DDP when dp > 1), none (refuse dp > 1), naive or bucketed (DDP even with
   // one replica, to measure it).
   std::string ddp = "auto";

@@ -67,7 +67,7 @@ Trainer::Trainer(const TrainOptions& options, MemoryTracker* tracker, const Trai
   // Validation runs in pieces of the training micro-batch (see validation_loss()).
   const int pieces = options_.micro_batches() * strategy_->data_parallel_size();
   val_loader_ = std::make_unique<DataLoader>(&data_.val, options_.batch / pieces, T_, options_.seed + 2);
-  if (!options_.resume.empty()) restore(load_checkpoint(options_.resume, &config));
+  if (!options_.resume.empty()) restore_held(strategy_->load_checkpoint(options_.resume, *model_));
 }
 
 std::string Trainer::run_description() const {
@@ -92,13 +92,14 @@ StepStats Trainer::step() {
   const double local_loss = strategy_->run_micro_batches(*model_, batch, s.loss_scale);
   strategy_->sync_gradients(*model_);
   s.loss = strategy_->mean_loss(local_loss);
+  s.lr = schedule_.lr_at(options_.adamw.lr, optimizer_->step_count(), schedule_steps_);
+  const auto outcome = strategy_->optimizer_step(*model_, *optimizer_, s.lr, 1.0 / s.loss_scale,
+                                                 options_.adamw.grad_clip);
+  // After the update: a strategy may communicate in it (ZeRO all-gathers the parameters).
   const StepCommReport comm = strategy_->step_report();
   s.comm_hidden_fraction = comm.hidden_fraction;
   s.comm_seconds = comm.comm_seconds;
   s.comm_bytes_sent = comm.bytes_sent;
-  s.lr = schedule_.lr_at(options_.adamw.lr, optimizer_->step_count(), schedule_steps_);
-  const auto outcome = strategy_->optimizer_step(*model_, *optimizer_, s.lr, 1.0 / s.loss_scale,
-                                                 options_.adamw.grad_clip);
   scaler_.update(outcome.skipped);
   s.skipped = outcome.skipped;
   s.grad_norm = outcome.grad_norm;
@@ -145,11 +146,11 @@ TrainCheckpoint Trainer::checkpoint() const {
 
 void Trainer::restore(const TrainCheckpoint& whole) {
   // The checkpoint holds the whole model; this rank takes what its model holds (a pipeline
-  // stage's tensors, a tensor-parallel shard).
-  TrainCheckpoint c = whole;
-  c.params = strategy_->held_values(*model_, whole.params);
-  c.adam_m = strategy_->held_values(*model_, whole.adam_m);
-  c.adam_v = strategy_->held_values(*model_, whole.adam_v);
+  // stage's tensors, a tensor-parallel shard, a ZeRO shard).
+  restore_held(strategy_->held_checkpoint(*model_, whole));
+}
+
+void Trainer::restore_held(const TrainCheckpoint& c) {
   const std::size_t n = model_->num_params();
   SCALELAB_CHECK(c.params.size() == n && c.adam_m.size() == n && c.adam_v.size() == n, "checkpoint sizes");
   model_->set_master_params(c.params.data());

@@ -89,6 +89,7 @@ class Trainer {
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   std::vector<int> inputs_, targets_;
   std::unique_ptr<ParallelStrategy> strategy_;
+  void restore_held(const TrainCheckpoint& held);  // restore() after the cut
   // What every rank must agree on to be a replica of the others (the strategy checks it).
   std::string run_description() const;
 };

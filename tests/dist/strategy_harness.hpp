@@ -1,4 +1,4 @@
-// What the multi-rank strategy tests share (stages 05 and 06): a ParallelStrategy driven the way
+// What the multi-rank strategy tests share (stages 05, 06 and 07): a ParallelStrategy driven the way
 // the trainer drives it (model, optimizer, attach, then zero_grad / begin_step / run / sync /
 // loss / update per step) on a batch the test gives. A stage's harness derives from it, fills
 // `options` and calls start() with its strategy.
@@ -14,6 +14,7 @@
 #include "optim/adamw.hpp"
 #include "train/parallel_strategy.hpp"
 #include "train/train_options.hpp"
+#include "train/trainer.hpp"
 
 namespace scalelab_test {
 
@@ -31,7 +32,7 @@ struct StrategyHarness {
              const scalelab::CheckpointPolicy& policy, const std::string& description) {
     strategy_ = &strategy;
     T = options.seq_len;
-    model = strategy.make_model(config, "fp32", &tracker, {});
+    model = strategy.make_model(config, "fp32", &tracker, scalelab::make_train_model);
     model->set_checkpoint_policy(policy);
     optimizer = std::make_unique<scalelab::AdamW>(model->num_params(), options.adamw, &tracker);
     model->init_weights(seed);

@@ -60,7 +60,8 @@ TEST_CASE("scalelab train runs a short job, writes metrics, weights and state", 
                               "/w.safetensors --save-state " + dir + "/s.safetensors");
   INFO(r.output);
   REQUIRE(r.status == 0);
-  CHECK(r.output.find("bytes per parameter: params 4.00 + grads 4.00 + optimizer 8.00 = 16.00") != std::string::npos);
+  CHECK(r.output.find("bytes per model parameter: params 4.00 + grads 4.00 + optimizer 8.00 = 16.00") !=
+        std::string::npos);
   const CliResult again = run_cli("train --steps 1 --batch 2 --seq-len 32 --init " + dir + "/w.safetensors");
   INFO(again.output);
   CHECK(again.status == 0);
@@ -77,7 +78,8 @@ TEST_CASE("scalelab train refuses a bad parallel layout before reading any data"
   };
   const Case cases[] = {
       {"train --dp 2", "error: dp: --dp 2 x --tp 1 x --pp 1 = 2 ranks, but this job has 1; start it with mpirun -np 2"},
-      {"train --zero 1", "error: zero: ZeRO (--zero 1) is stage 07, not built yet"},
+      {"train --zero 4", "error: zero: must be 0, 1, 2 or 3, got 4"},
+      {"train --zero 1 --offload", "error: offload: optimizer offload (--offload) is not built yet"},
       {"train --tp 3", "error: tp: --tp 3 does not divide the model's 4 heads"},
       {"train --backend nccl", "error: backend: nccl moves GPU memory, but the run uses --device cpu"},
       {"train --schedule gpipe", "error: schedule: --schedule gpipe needs a pipeline"},
@@ -106,7 +108,7 @@ TEST_CASE("scalelab train --options-file runs the options a file holds", "[cli]"
     "seed":7,"data":"","val_fraction":0.1,"val_every":0,"val_batches":1,"threads":1,"grad_accum":1,
     "checkpoint":"sqrt","precision":"fp32",
     "parallel":{"dp":0,"tp":1,"pp":1,"micro_batches":0,"schedule":"1f1b",
-                "sequence_parallel":false,"zero":0,"offload":false,"ddp":"auto","allreduce":"builtin",
+                "sequence_parallel":false,"zero":0,"offload":false,"reshard":false,"ddp":"auto","allreduce":"builtin",
                 "bucket_mb":25.0,"first_bucket_mb":1.0,"backend":"auto","trace":""},
     "device":"cpu","init_weights":"","save_weights":"","save_checkpoint":"","resume":"","metrics":""})",
              f);

@@ -52,6 +52,7 @@ TrainOptions unusual_options(std::uint64_t seed) {
   o.parallel.sequence_parallel = true;
   o.parallel.zero = 2;
   o.parallel.offload = true;
+  o.parallel.reshard = true;
   o.parallel.ddp = "naive";
   o.parallel.allreduce = "ring";
   o.parallel.bucket_mb = u(rng) * 50;
@@ -97,6 +98,7 @@ TEST_CASE("options round-trip through JSON bit for bit, every field", "[options]
     CHECK(b.checkpoint.describe() == "every:2");
     CHECK(b.parallel.sequence_parallel);
     CHECK(b.parallel.offload);
+    CHECK(b.parallel.reshard);
     CHECK(b.parallel.schedule == "interleaved:2");
     CHECK(b.device == "cuda");
   }

@@ -88,10 +88,24 @@ GPTModel<F>::GPTModel(const GPTConfig& config, MemoryTracker* tracker, const Mod
       tracker_(tracker),
       param_data_(params),
       grad_data_(grads),
-      w_(make_param_view(config_, slice_, param_data_)),
-      g_(make_param_view(config_, slice_, grad_data_)) {
-  SCALELAB_CHECK(params != nullptr && grads != nullptr, "a model over caller-owned storage needs both buffers");
+      w_(params ? make_param_view(config_, slice_, params) : unset_view(slice_.num_layers)),
+      g_(grads ? make_param_view(config_, slice_, grads) : unset_view(slice_.num_layers)) {
   find_offsets();
+}
+
+template <typename F>
+ParamView<F> GPTModel<F>::unset_view(int blocks) {
+  ParamView<F> v;
+  v.blocks.resize(static_cast<std::size_t>(blocks), BlockView<F>{});
+  return v;
+}
+
+template <typename F>
+void GPTModel<F>::set_views(const ParamView<F>& weights, const ParamView<F>& grads) {
+  SCALELAB_CHECK(weights.blocks.size() == w_.blocks.size() && grads.blocks.size() == g_.blocks.size(),
+                 "set_views: views for ", weights.blocks.size(), " blocks, the model has ", w_.blocks.size());
+  w_ = weights;
+  g_ = grads;
 }
 
 template <typename F>
@@ -293,6 +307,7 @@ void GPTModel<F>::backward_blocks(const ParamView<F>& w, const ParamView<F>& g) 
 template <typename F>
 void GPTModel<F>::block_backward_at(int l, const BlockActs<F>& a, const F* x, const ParamView<F>& w,
                                     const ParamView<F>& g) {
+  before_block(l, true);
   block_backward(dres_, g.blocks[l], a, w.blocks[l], x, scratch_, acts_.B, acts_.T, config_.channels,
                  config_.num_heads);
   notify_grads_ready(block_offsets_[l]);
@@ -300,6 +315,7 @@ void GPTModel<F>::block_backward_at(int l, const BlockActs<F>& a, const F* x, co
 
 template <typename F>
 void GPTModel<F>::forward_block(int l, int slot, ActPlace x) {
+  before_block(l, false);
   block_forward(acts_.blocks[slot], w_.blocks[l], place(x), scratch_, acts_.B, acts_.T, config_.channels,
                 config_.num_heads);
   ++block_forwards_;

@@ -13,6 +13,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "core/error.hpp"
+
 namespace scalelab {
 
 namespace {
@@ -36,9 +38,9 @@ struct Piece {
 // the start of the block. block_at(s) is the block received at step s; an empty block has no
 // pieces (both neighbours see the same partition, so they agree on every piece).
 template <typename BlockAt>
-std::vector<Piece> incoming_pieces(const BlockPartition& blocks, std::size_t piece_elems, BlockAt block_at) {
+std::vector<Piece> incoming_pieces(const Pieces& blocks, std::size_t piece_elems, BlockAt block_at) {
   std::vector<Piece> pieces;
-  for (int s = 0; s < blocks.parts - 1; ++s) {
+  for (int s = 0; s < blocks.parts() - 1; ++s) {
     const int b = block_at(s);
     const std::size_t begin = blocks.offset(b), end = begin + blocks.size(b);
     for (std::size_t at = begin; at < end; at += piece_elems)
@@ -95,21 +97,21 @@ class RingScope {
 };
 
 template <typename T>
-void reduce_scatter_steps(Communicator& comm, T* data, std::size_t count, const RingOptions& options) {
+void reduce_scatter_steps(Communicator& comm, T* data, const Pieces& blocks, const RingOptions& options) {
   // Lab 04 TODO: implement ring_reduce_scatter (labs/04-data-parallel/README.md, section 2).
   // Replace the lines from here to "end of Lab 04 TODO" with your code.
   // (void) keeps the compiler quiet about unused names until your code uses them.
-  (void)comm; (void)data; (void)count; (void)options;
+  (void)comm; (void)data; (void)blocks; (void)options;
   throw std::logic_error("Lab 04: implement ring_reduce_scatter (see labs/04-data-parallel/README.md, section 2)");
   // end of Lab 04 TODO
 }
 
 template <typename T>
-void all_gather_steps(Communicator& comm, T* data, std::size_t count, const RingOptions& options) {
+void all_gather_steps(Communicator& comm, T* data, const Pieces& blocks, const RingOptions& options) {
   // Lab 04 TODO: implement ring_all_gather (labs/04-data-parallel/README.md, section 3).
   // Replace the lines from here to "end of Lab 04 TODO" with your code.
   // (void) keeps the compiler quiet about unused names until your code uses them.
-  (void)comm; (void)data; (void)count; (void)options;
+  (void)comm; (void)data; (void)blocks; (void)options;
   throw std::logic_error("Lab 04: implement ring_all_gather (see labs/04-data-parallel/README.md, section 3)");
   // end of Lab 04 TODO
 }
@@ -119,13 +121,29 @@ void all_gather_steps(Communicator& comm, T* data, std::size_t count, const Ring
 template <typename T>
 void ring_reduce_scatter(Communicator& comm, T* data, std::size_t count, const RingOptions& options) {
   RingScope scope(comm, CommOp::kRingReduceScatter);
-  reduce_scatter_steps(comm, data, count, options);
+  reduce_scatter_steps(comm, data, Pieces::even(count, comm.size()), options);
 }
 
 template <typename T>
 void ring_all_gather(Communicator& comm, T* data, std::size_t count, const RingOptions& options) {
   RingScope scope(comm, CommOp::kRingAllGather);
-  all_gather_steps(comm, data, count, options);
+  all_gather_steps(comm, data, Pieces::even(count, comm.size()), options);
+}
+
+template <typename T>
+void ring_reduce_scatter_v(Communicator& comm, T* data, const Pieces& pieces, const RingOptions& options) {
+  SCALELAB_CHECK(pieces.parts() == comm.size(), "ring_reduce_scatter_v: ", pieces.parts(), " pieces for ", comm.size(),
+                 " ranks");
+  RingScope scope(comm, CommOp::kRingReduceScatter);
+  reduce_scatter_steps(comm, data, pieces, options);
+}
+
+template <typename T>
+void ring_all_gather_v(Communicator& comm, T* data, const Pieces& pieces, const RingOptions& options) {
+  SCALELAB_CHECK(pieces.parts() == comm.size(), "ring_all_gather_v: ", pieces.parts(), " pieces for ", comm.size(),
+                 " ranks");
+  RingScope scope(comm, CommOp::kRingAllGather);
+  all_gather_steps(comm, data, pieces, options);
 }
 
 template <typename T>
@@ -139,10 +157,12 @@ void ring_all_reduce(Communicator& comm, T* data, std::size_t count, const RingO
   // end of Lab 04 TODO
 }
 
-#define SCALELAB_RING_DEFINE(T)                                                             \
-  template void ring_reduce_scatter<T>(Communicator&, T*, std::size_t, const RingOptions&); \
-  template void ring_all_gather<T>(Communicator&, T*, std::size_t, const RingOptions&);     \
-  template void ring_all_reduce<T>(Communicator&, T*, std::size_t, const RingOptions&);
+#define SCALELAB_RING_DEFINE(T)                                                                 \
+  template void ring_reduce_scatter<T>(Communicator&, T*, std::size_t, const RingOptions&);     \
+  template void ring_all_gather<T>(Communicator&, T*, std::size_t, const RingOptions&);         \
+  template void ring_all_reduce<T>(Communicator&, T*, std::size_t, const RingOptions&);         \
+  template void ring_reduce_scatter_v<T>(Communicator&, T*, const Pieces&, const RingOptions&); \
+  template void ring_all_gather_v<T>(Communicator&, T*, const Pieces&, const RingOptions&);
 SCALELAB_RING_DEFINE(float)
 SCALELAB_RING_DEFINE(double)
 SCALELAB_RING_DEFINE(std::int32_t)

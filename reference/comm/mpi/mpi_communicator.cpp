@@ -71,6 +71,21 @@ class MpiRequestState final : public RequestState {
 };
 
 // Element counts and offsets of the blocks, for the v-variants.
+// A non-blocking collective whose count arrays MPI reads until it completes: the state keeps them.
+class MpiVectorRequestState final : public RequestState {
+ public:
+  explicit MpiVectorRequestState(const Pieces& pieces) {
+    for (int b = 0; b < pieces.parts(); ++b) {
+      counts.push_back(mpi_count(pieces.size(b)));
+      displs.push_back(mpi_count(pieces.offset(b)));
+    }
+  }
+  std::vector<int> counts, displs;
+  MpiRequestState inner;
+  void wait() override { inner.wait(); }
+  bool test() override { return inner.test(); }
+};
+
 void block_layout(std::size_t count, int n, std::vector<int>& counts, std::vector<int>& displs) {
   const BlockPartition p{count, n};
   counts.resize(static_cast<std::size_t>(n));
@@ -176,6 +191,26 @@ void MpiCommunicator::do_all_gather(const void* send, void* recv, std::size_t co
     SCALELAB_MPI_CHECK(MPI_Allgatherv(in, counts[static_cast<std::size_t>(rank())], dt, recv, counts.data(),
                                       displs.data(), dt, comm_));
   }
+}
+
+std::unique_ptr<RequestState> MpiCommunicator::do_ireduce_scatter_v(const void* send, void* recv, const Pieces& pieces,
+                                                                    DataType type, ReduceOp op) {
+  auto state = std::make_unique<MpiVectorRequestState>(pieces);
+  SCALELAB_MPI_CHECK(MPI_Ireduce_scatter(send, recv, state->counts.data(), mpi_datatype(type), mpi_op(op), comm_,
+                                         &state->inner.request));
+  return state;
+}
+
+std::unique_ptr<RequestState> MpiCommunicator::do_iall_gather_v(const void* send, void* recv, const Pieces& pieces,
+                                                                DataType type) {
+  auto state = std::make_unique<MpiVectorRequestState>(pieces);
+  const std::size_t own = static_cast<std::size_t>(rank());
+  const bool in_place = static_cast<const char*>(recv) + pieces.offset(rank()) * dtype_size(type) ==
+                        static_cast<const char*>(send);
+  const MPI_Datatype dt = mpi_datatype(type);
+  SCALELAB_MPI_CHECK(MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, state->counts[own], dt, recv, state->counts.data(),
+                                     state->displs.data(), dt, comm_, &state->inner.request));
+  return state;
 }
 
 void MpiCommunicator::do_broadcast(void* buf, std::size_t count, DataType type, int root) {

@@ -1,0 +1,147 @@
+// Stage 07: one data-parallel rank's model under ZeRO stage 1, 2 or 3 (fp32), behind the
+// trainer's TrainModel interface. Every rank runs its own rows of each batch, as in DDP (stage
+// 04); what differs is what a rank keeps between steps (dist/zero_shards.hpp cuts the state):
+//
+//   stage  kept between steps                        moved per step (psi elements, d ranks)
+//   1      params, grads; m, v of its shard          reduce-scatter grads, all-gather params
+//   2      params; grads, m, v of its shard          the same; grads reduce-scattered per micro-batch
+//   3      params, grads, m, v of its shard           gather params in forward and again in
+//                                                    backward, reduce-scatter grads
+//
+// The forward and backward are the fp32 GPT's (model/gpt.hpp), run over storage this class
+// provides: under stage 2 each unit's gradients (a block, the embeddings, ln_f) live in a
+// working buffer from the start of its backward until its reduce-scatter has finished; under
+// stage 3 each block's parameters are gathered into a working buffer just before the block
+// runs (the next block's gather is started while this one computes) and freed after. The
+// memory tracker sees the working buffers come and go: its current bytes between steps are the
+// sharded state, its peak adds the working set.
+//
+// What this rank's optimizer updates, num_params() and master_params(), is its shard; layout()
+// is the whole model's, which forward runs. Collectives go over the data-parallel group, either
+// the backend's (non-blocking, so they overlap compute) or the hand-written ring (blocking).
+#pragma once
+
+#include <cstddef>
+#include <deque>
+#include <string>
+
+#include "comm/communicator.hpp"
+#include "dist/ddp.hpp"
+#include "dist/timeline.hpp"
+#include "dist/zero_shards.hpp"
+#include "model/gpt.hpp"
+#include "model/train_model.hpp"
+
+namespace scalelab {
+
+class ZeroModel final : public TrainModel {
+ public:
+  // stage 1, 2 or 3 over the data-parallel group `dp` (which must outlive the model).
+  ZeroModel(const GPTConfig& config, int stage, Communicator& dp, DdpOptions::Algorithm algorithm,
+            MemoryTracker* tracker);
+  ZeroModel(const ZeroModel&) = delete;
+  ZeroModel& operator=(const ZeroModel&) = delete;
+
+  const GPTConfig& config() const override { return gpt_.config(); }
+  const ParamLayout& layout() const override { return gpt_.layout(); }
+  std::size_t num_params() const override { return shards_.size(); }
+  const ZeroShards& shards() const { return shards_; }
+  int stage() const { return stage_; }
+
+  double forward(const int* tokens, const int* targets, int B, int T) override;
+  void backward(double loss_scale) override;
+  void zero_grad() override;
+  void set_checkpoint_policy(const CheckpointPolicy& policy) override { gpt_.set_checkpoint_policy(policy); }
+  // The whole model's GPT-2 initialisation; this rank keeps what its stage keeps.
+  void init_weights(std::uint64_t seed) override;
+  // This rank's shard of the parameters (shards().size() values).
+  const float* master_params() const override;
+  // Collective over the group: sets this rank's shard from `values`; stages 1 and 2 then
+  // all-gather the whole buffer, so every rank holds the same parameters.
+  void set_master_params(const float* values) override;
+  // Scale, the global norm (partial sums of squares added over the group), skip on inf/NaN,
+  // clip, AdamW on this rank's shard; stages 1 and 2 then all-gather the parameters.
+  StepOutcome optimizer_step(AdamW& optimizer, double lr, double grad_scale, double clip) override;
+  std::size_t block_forward_count() const override { return gpt_.block_forward_count(); }
+  std::string precision_name() const override { return "fp32"; }
+
+  // Before a step's micro-batches: stage 1 reduce-scatters during the last backward only (the
+  // gradients of the others add up in the full buffer first); stages 2 and 3 during every one.
+  void begin_step(int micro_batches);
+  // This rank's shard of the gradients (shards().size()): after the step's last backward, the
+  // sum over ranks of the whole batch's gradients.
+  const float* grad_shard() const;
+  // The whole parameter buffer (stages 1 and 2; null under stage 3).
+  const float* full_params() const { return stage_ <= 2 ? params_.data() : nullptr; }
+  // The last step's compute and communication intervals.
+  const Timeline& timeline() const { return timeline_; }
+  void clear_timeline() { timeline_.clear(); }
+
+ private:
+  // A unit's gradients on their way to the owners.
+  struct Reduction {
+    const ZeroUnit* unit = nullptr;
+    Buffer<float> grads;  // stage 2, 3: the unit's gradients (send buffer); empty under stage 1
+    Buffer<float> recv;   // this rank's piece of the sum (the backend's collective)
+    Request request;
+    double start_us = 0;
+  };
+  // A block's parameters gathered from their owners (stage 3).
+  struct Gathered {
+    int block = -1;
+    Buffer<float> weights;
+    Request request;
+    bool pending = false;
+    double start_us = 0;
+  };
+
+  bool ring() const { return algorithm_ == DdpOptions::Algorithm::kRing; }
+  void all_gather_params();  // stages 1, 2: every rank's shard into every rank's full buffer
+  // Compute intervals for the timeline: collectives run inside the hooks are left out.
+  void pause_compute(const char* what);
+  void resume_compute();
+  void on_block(int block, bool backward);
+  void on_grads_ready(std::size_t offset);
+  // Stage 3: block l's weights gathered (waiting for a prefetch, or gathering now).
+  Gathered& gathered_block(int l);
+  void start_gather(Gathered& g, const ZeroUnit& unit);
+  void finish_gather(Gathered& g);
+  void release_blocks();
+  Buffer<float> gather_unit(const ZeroUnit& unit);  // blocking (the embeddings, ln_f)
+  void gather_root();
+  void release_root();
+  void point_root_weights(float* embeddings, float* lnf);
+  void point_root_grads(float* embeddings, float* lnf);
+  // Stage 2, 3: a zeroed working buffer for unit u's gradients.
+  Buffer<float> grad_buffer(const ZeroUnit& unit);
+  void start_reduction(Reduction& r);
+  void finish_reduction(Reduction& r);
+  void finish_reductions(std::size_t keep);  // until at most `keep` are in flight
+  float* shard_of_grads();
+
+  int stage_;
+  Communicator& comm_;
+  DdpOptions::Algorithm algorithm_;
+  MemoryTracker* tracker_;
+  ZeroShards shards_;
+  // Stages 1, 2: every parameter (num_params of the model); stage 3: this rank's shard.
+  Buffer<float> params_;
+  // Stage 1: every gradient; stages 2, 3: this rank's shard.
+  Buffer<float> grads_;
+  GPTModel<float> gpt_;
+  ParamView<float> w_, g_;  // what gpt_ reads and writes now
+  // Working sets.
+  Buffer<float> root_w_emb_, root_w_lnf_;  // stage 3: gathered embeddings and ln_f
+  Buffer<float> root_g_emb_, root_g_lnf_;  // stages 2, 3: their gradients during backward
+  Buffer<float> block_grads_;              // stages 2, 3: the gradients of the block in backward
+  std::deque<Gathered> blocks_;            // stage 3: at most two (this one and the next)
+  std::deque<Reduction> reductions_;       // in flight
+  int backwards_left_ = 0;                 // backward passes before the communicating one
+  bool communicating_ = true;              // this backward reduce-scatters
+  bool in_backward_ = false;
+  bool first_contribution_ = true;  // stages 2, 3: the step's first reduced gradients are copied, later ones added
+  Timeline timeline_;
+  double compute_from_us_ = 0;
+};
+
+}  // namespace scalelab

@@ -1,0 +1,54 @@
+// ZeRO's shards and units (see zero_shards.hpp).
+#include "dist/zero_shards.hpp"
+
+#include <algorithm>
+
+#include "core/error.hpp"
+
+namespace scalelab {
+
+ZeroShards::ZeroShards(const GPTConfig& config, int rank, int ranks)
+    : rank_(rank), ranks_(ranks), partition_{ParamLayout(config).num_params(), ranks} {
+  require(ranks >= 1 && rank >= 0 && rank < ranks, "zero",
+          "rank " + std::to_string(rank) + " of " + std::to_string(ranks) + " data-parallel ranks",
+          "start the run through scalelab train under mpirun");
+  const ParamLayout layout(config);
+  const std::size_t lnf = layout.find("transformer.ln_f.weight").offset;
+  auto add = [&](std::string name, int block, std::size_t begin, std::size_t end) {
+    units_.push_back({std::move(name), block, begin, end, Pieces::of_range(partition_, begin, end)});
+  };
+  std::size_t at = layout.find("transformer.h.0.ln_1.weight").offset;
+  add("embeddings", -1, 0, at);
+  for (int l = 0; l < config.num_layers; ++l) {
+    const std::size_t next = l + 1 < config.num_layers
+                                 ? layout.find("transformer.h." + std::to_string(l + 1) + ".ln_1.weight").offset
+                                 : lnf;
+    add("block " + std::to_string(l), l, at, next);
+    at = next;
+  }
+  add("ln_f", -1, lnf, layout.num_params());
+}
+
+const ZeroUnit* ZeroShards::unit_starting_at(std::size_t offset) const {
+  for (const ZeroUnit& u : units_)
+    if (u.begin == offset) return &u;
+  return nullptr;
+}
+
+std::size_t ZeroShards::largest_block() const {
+  std::size_t m = 0;
+  for (const ZeroUnit& u : units_)
+    if (u.block >= 0) m = std::max(m, u.size());
+  return m;
+}
+
+ZeroStateBytes zero_state_bytes(int stage, std::size_t psi, std::size_t shard) {
+  const std::size_t f = sizeof(float);
+  ZeroStateBytes b;
+  b.params = f * (stage >= 3 ? shard : psi);
+  b.grads = f * (stage >= 2 ? shard : psi);
+  b.optimizer = 2 * f * (stage >= 1 ? shard : psi);
+  return b;
+}
+
+}  // namespace scalelab

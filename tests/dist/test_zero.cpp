@@ -1,0 +1,324 @@
+// Stage 07, ZeRO stages 1-3, under mpiexec with d = 2, 3 and 4 ranks, against stage 04 (DDP,
+// from the reference) on the same batch.
+//
+// Bitwise: with the hand-written ring on both sides and DDP in one bucket, every gradient
+// element is summed along the ring in the same order (its owner's: dist/zero_shards.hpp), and
+// AdamW is elementwise, so the parameters after 5 steps are equal bit for bit, for every stage,
+// with one micro-batch and (stage 1, which adds micro-batches locally as DDP does) with two.
+// Tolerance, and why: stages 2 and 3 with two micro-batches reduce each micro-batch and add the
+// sums (DDP adds first, then reduces); the backend's built-in reduction picks its own order; a
+// clipped step's norm is summed per shard. Each is a float reordering of relative size ~1e-7 in
+// a gradient; after 5 AdamW steps a parameter whose gradient is near zero can move by up to lr
+// from rounding alone (the pipeline test's argument), so parameters are compared by the relative
+// norm of the difference per tensor, <= 1e-3. A missing reduction or a wrong shard is off by O(1).
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "batch.hpp"
+#include "compare.hpp"
+#include "core/error.hpp"
+#include "ddp_fixtures.hpp"
+#include "dist/ddp_strategy.hpp"
+#include "dist/zero_strategy.hpp"
+#include "io/checkpoint.hpp"
+#include "io/safetensors.hpp"
+#include "parallel/strategy_factory.hpp"
+#include "strategy_harness.hpp"
+#include "train/trainer.hpp"
+#include "world.hpp"
+
+using namespace scalelab;
+using namespace scalelab_test;
+
+namespace {
+
+// V T C L NH: 4 blocks, so that a stage-3 rank holds a few blocks and gathers the others.
+const prior::ModelShape kShape{65, 8, 32, 4, 4};
+constexpr std::uint64_t kSeed = 17;
+constexpr int kSteps = 5;
+
+GPTConfig config() { return gpt_config_of_shape(kShape.V, kShape.T, kShape.C, kShape.L, kShape.NH, "zero-test"); }
+
+struct RunSpec {
+  int zero = 0;  // 0: DDP
+  DdpOptions::Algorithm algorithm = DdpOptions::Algorithm::kRing;
+  int micro_batches = 1;
+  double clip = 0;
+};
+
+std::string describe(const RunSpec& s) {
+  return (s.zero ? "ZeRO-" + std::to_string(s.zero) : std::string("DDP")) + ", " +
+         (s.algorithm == DdpOptions::Algorithm::kRing ? "ring" : "builtin") + ", m " + std::to_string(s.micro_batches) +
+         ", clip " + std::to_string(s.clip);
+}
+
+TrainOptions options_for(Communicator& world, const RunSpec& s) {
+  TrainOptions o;
+  o.batch = 2 * world.size() * s.micro_batches;
+  o.seq_len = kShape.T;
+  o.grad_accum = s.micro_batches;
+  o.adamw.lr = 1e-2;
+  o.adamw.grad_clip = s.clip;
+  o.parallel.zero = s.zero;
+  o.parallel.allreduce = s.algorithm == DdpOptions::Algorithm::kRing ? "ring" : "builtin";
+  return o;
+}
+
+// A harness with the strategy of `spec`: ZeRO, or DDP in one bucket (the ring then sums in
+// ZeRO's order).
+struct ZeroHarness : StrategyHarness {
+  std::unique_ptr<ParallelStrategy> strategy;
+  ZeroHarness(Communicator& world, const RunSpec& spec) {
+    options = options_for(world, spec);
+    if (spec.zero > 0) {
+      strategy = std::make_unique<ZeroStrategy>(world, options);
+    } else {
+      DdpOptions d;
+      d.algorithm = spec.algorithm;
+      d.bucket_bytes = d.first_bucket_bytes = std::size_t(1) << 30;
+      strategy = std::make_unique<DdpStrategy>(world, d);
+    }
+    start(*strategy, config(), kSeed, CheckpointPolicy{}, "zero test");
+  }
+  ZeroModel& zero() { return dynamic_cast<ZeroModel&>(*model); }
+  void step(const Batch& b) {
+    forward_backward(b.tokens, b.targets);
+    strategy->optimizer_step(*model, *optimizer, options.adamw.lr, 1.0, options.adamw.grad_clip);
+  }
+};
+
+// The whole parameter buffer after kSteps steps on fixed random batches.
+std::vector<float> params_after(Communicator& world, const RunSpec& spec) {
+  ZeroHarness h(world, spec);
+  for (int s = 0; s < kSteps; ++s) h.step(random_batch(kShape.V, h.options.batch, kShape.T, 100 + s));
+  const std::size_t n = ParamLayout(config()).num_params();
+  std::vector<float> whole(n);
+  if (spec.zero == 0) {
+    std::copy(h.model->master_params(), h.model->master_params() + n, whole.begin());
+  } else {
+    world.all_gather(h.model->master_params(), whole.data(), n, DataType::kFloat32);  // the shards are its cut
+  }
+  return whole;
+}
+
+void check_close_per_tensor(const std::vector<float>& got, const std::vector<float>& want) {
+  const ParamLayout layout(config());
+  for (const ParamTensor& t : layout.tensors()) {
+    const double err = relative_norm_error(got.data() + t.offset, want.data() + t.offset, t.numel);
+    INFO(t.name << ": relative norm error " << err);
+    CHECK(err <= 1e-3);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO 1, 2 and 3 equal DDP after 5 steps: bitwise with the ring", "[zero_equal]") {
+  Communicator& world = test_world();
+  for (int m : {1, 2}) {
+    const std::vector<float> want = params_after(world, {0, DdpOptions::Algorithm::kRing, m, 0});
+    for (int zero : {1, 2, 3}) {
+      const RunSpec spec{zero, DdpOptions::Algorithm::kRing, m, 0};
+      INFO(where(world) << ", " << describe(spec) << " vs DDP in one bucket, ring");
+      const std::vector<float> got = params_after(world, spec);
+      if (m == 1 || zero == 1)
+        CHECK_MATCH(compare_bitwise("parameters after 5 steps", got.data(), want.data(), want.size()));
+      else
+        check_close_per_tensor(got, want);
+    }
+  }
+}
+
+TEST_CASE("ZeRO with the backend's collectives and with clipping equals DDP within tolerance", "[zero_tolerance]") {
+  Communicator& world = test_world();
+  for (const RunSpec& base :
+       {RunSpec{0, DdpOptions::Algorithm::kBuiltin, 1, 0}, RunSpec{0, DdpOptions::Algorithm::kRing, 1, 0.05}}) {
+    const std::vector<float> want = params_after(world, base);
+    for (int zero : {1, 2, 3}) {
+      RunSpec spec = base;
+      spec.zero = zero;
+      INFO(where(world) << ", " << describe(spec));
+      check_close_per_tensor(params_after(world, spec), want);
+    }
+  }
+}
+
+TEST_CASE("per-rank model state equals the ZeRO formulas, and stage 3's peak its working set", "[zero_memory]") {
+  Communicator& world = test_world();
+  const ParamLayout layout(config());
+  const std::size_t psi = layout.num_params(), f = sizeof(float);
+  ZeroHarness ddp(world, {0, DdpOptions::Algorithm::kBuiltin, 1, 0});
+  ddp.step(random_batch(kShape.V, ddp.options.batch, kShape.T, 7));
+  for (int zero : {1, 2, 3}) {
+    ZeroHarness h(world, {zero, DdpOptions::Algorithm::kBuiltin, 1, 0});
+    h.tracker.reset_peaks();
+    h.step(random_batch(kShape.V, h.options.batch, kShape.T, 7));
+    const ZeroShards& s = h.zero().shards();
+    const ZeroStateBytes want = zero_state_bytes(zero, psi, s.size());
+    INFO(where(world) << ", ZeRO-" << zero << ", shard " << s.size() << " of " << psi);
+    // Between steps: the sharded state, exactly (16 psi -> 8 + 8/d, 4 + 12/d, 16/d bytes/param).
+    CHECK(h.tracker.current(MemCategory::kParams) == want.params);
+    CHECK(h.tracker.current(MemCategory::kGrads) == want.grads);
+    CHECK(h.tracker.current(MemCategory::kOptimizer) == want.optimizer);
+    CHECK(want.total() == (zero == 1 ? 8 * psi + 8 * s.size() : zero == 2 ? 4 * psi + 12 * s.size() : 16 * s.size()));
+    // The activations are DDP's: the same rows through the same model.
+    CHECK(h.tracker.peak(MemCategory::kActivations) == ddp.tracker.peak(MemCategory::kActivations));
+    // During the step, the working set: stage 3 gathers the embeddings and ln_f for the whole
+    // forward (and again for backward) and two blocks (the one computing, the next prefetched);
+    // stages 2 and 3 keep the embeddings' gradients through backward and two blocks' (the one
+    // computing, the one being reduced).
+    const std::size_t root = s.embeddings().size() + s.head().size(), block = s.largest_block();
+    if (zero == 3) CHECK(h.tracker.peak(MemCategory::kParams) == f * (s.size() + root + 2 * block));
+    if (zero >= 2) CHECK(h.tracker.peak(MemCategory::kGrads) == f * (s.size() + s.embeddings().size() + 2 * block));
+  }
+}
+
+TEST_CASE("bytes each rank sends per step equal the ring's formula: 2 psi (d-1)/d, 3 psi (d-1)/d for stage 3",
+          "[zero_traffic]") {
+  Communicator& world = test_world();
+  const int d = world.size(), r = world.rank();
+  const std::size_t psi = ParamLayout(config()).num_params();
+  const BlockPartition p{psi, d};
+  // Ring reduce-scatter: every piece but one's own; all-gather: every piece but the next rank's.
+  const std::size_t rs = d > 1 ? psi - p.size(r) : 0, ag = d > 1 ? psi - p.size((r + 1) % d) : 0;
+  for (auto algorithm : {DdpOptions::Algorithm::kBuiltin, DdpOptions::Algorithm::kRing})
+    for (int m : {1, 2})
+      for (int zero : {1, 2, 3}) {
+        const RunSpec spec{zero, algorithm, m, 0};
+        ZeroHarness h(world, spec);
+        h.step(random_batch(kShape.V, h.options.batch, kShape.T, 3));
+        const std::size_t want = zero == 1 ? rs + ag : zero == 2 ? m * rs + ag : m * (rs + 2 * ag);
+        INFO(where(world) << ", " << describe(spec) << ": " << want << " elements");
+        CHECK(h.strategy->step_report().bytes_sent == want * sizeof(float));
+      }
+}
+
+TEST_CASE("stage 3 prefetches: a block's gather starts before the previous block's compute ends", "[zero_overlap]") {
+  Communicator& world = test_world();
+  if (world.size() < 2) return;
+  ZeroHarness h(world, {3, DdpOptions::Algorithm::kBuiltin, 1, 0});
+  h.step(random_batch(kShape.V, h.options.batch, kShape.T, 5));
+  const auto& events = h.zero().timeline().events();
+  // Every block but the first is gathered in forward while an earlier block computes: its
+  // gather interval starts before some compute interval ends after it.
+  std::size_t prefetched = 0;
+  for (const TimelineEvent& e : events) {
+    if (e.category != "comm" || e.name.rfind("gather block", 0) != 0) continue;
+    for (const TimelineEvent& c : events)
+      if (c.category == "compute" && c.start_us >= e.start_us && c.start_us < e.start_us + e.duration_us) {
+        ++prefetched;
+        break;
+      }
+  }
+  INFO(where(world) << ": " << prefetched << " block gathers overlapped a later compute interval");
+  CHECK(prefetched >= static_cast<std::size_t>(2 * (kShape.L - 1)));
+}
+
+TEST_CASE("ZeRO checkpoints: each rank its shard; resume bitwise; reshard onto another d", "[zero_resume]") {
+  Communicator& world = test_world();
+  if (world.size() < 2) return;
+  TrainOptions o;
+  o.config = "tiny";
+  o.batch = 4 * world.size();
+  o.steps = 4;
+  o.seed = kSeed;
+  o.data = tiny_token_shard(world, "scalelab_zero_resume.bin");
+  o.parallel.zero = 3;
+  const std::string state = std::filesystem::temp_directory_path() / "scalelab_zero_resume.state";
+  MemoryTracker t1, t2, t3;
+  Trainer straight(o, &t1, {}, make_strategy_factory(&world));
+  for (int i = 0; i < 4; ++i) straight.step();
+  Trainer first(o, &t2, {}, make_strategy_factory(&world));
+  for (int i = 0; i < 2; ++i) first.step();
+  first.save_checkpoint(state);
+  CHECK(std::filesystem::exists(zero_shard_path(state, world.rank())));
+  TrainOptions again = o;
+  again.resume = state;
+  again.parallel.zero = 1;  // the shards are the same for every stage
+  Trainer second(again, &t3, {}, make_strategy_factory(&world));
+  for (int i = 0; i < 2; ++i) second.step();
+  INFO(where(world));
+  CHECK_MATCH(compare_bitwise("this rank's shard, resumed vs straight", second.model().master_params(),
+                              straight.model().master_params(), straight.model().num_params()));
+
+  // Onto 2 ranks of the world: refused without --reshard, re-cut with it. The whole state the
+  // 2 ranks then hold equals the whole state the d ranks saved.
+  const TrainCheckpoint saved = first.checkpoint();  // this rank's shard at step 2
+  const std::size_t n = ParamLayout(first.model().config()).num_params();
+  std::vector<std::vector<float>> whole_then;
+  for (const std::vector<float>* v : {&saved.params, &saved.adam_m, &saved.adam_v}) {
+    whole_then.emplace_back(n);
+    world.all_gather(v->data(), whole_then.back().data(), n, DataType::kFloat32);
+  }
+  auto sub = world.split(world.rank() < 2 ? 0 : 1, world.rank());
+  if (world.rank() < 2 && world.size() > 2) {
+    TrainOptions two = again;
+    two.batch = 8;
+    MemoryTracker t4, t5;
+    CHECK_THROWS_WITH(Trainer(two, &t4, {}, make_strategy_factory(sub.get())),
+                      Catch::Contains("was saved by ZeRO over " + std::to_string(world.size()) +
+                                      " data-parallel ranks, and this run has 2") &&
+                          Catch::Contains("add --reshard"));
+    two.parallel.reshard = true;
+    Trainer resharded(two, &t5, {}, make_strategy_factory(sub.get()));
+    const TrainCheckpoint mine = resharded.checkpoint();
+    CHECK(mine.step == 2);
+    int k = 0;
+    for (const std::vector<float>* v : {&mine.params, &mine.adam_m, &mine.adam_v}) {
+      std::vector<float> whole_now(n);
+      sub->all_gather(v->data(), whole_now.data(), n, DataType::kFloat32);
+      CHECK_MATCH(compare_bitwise(std::string("resharded onto 2 ranks vs saved by ") + std::to_string(world.size()) +
+                                      (k == 0   ? ": params"
+                                       : k == 1 ? ": adam.m"
+                                                : ": adam.v"),
+                                  whole_now.data(), whole_then[static_cast<std::size_t>(k)].data(), n));
+      ++k;
+    }
+  }
+  world.barrier();
+}
+
+TEST_CASE("bad ZeRO settings and files fail with one clear message", "[zero_errors]") {
+  Communicator& world = test_world();
+  INFO(where(world));
+  TrainOptions o;
+  o.parallel.zero = 4;
+  CHECK_THROWS_WITH(check_parallel_options(o, world.size()), Catch::Contains("must be 0, 1, 2 or 3"));
+  o.parallel.zero = 0;
+  o.parallel.offload = true;
+  CHECK_THROWS_WITH(check_parallel_options(o, world.size()), Catch::Contains("add --zero 1"));
+  o.parallel.zero = 2;
+  CHECK_THROWS_WITH(ZeroStrategy(world, o), Catch::Contains("--offload") && Catch::Contains("not built yet"));
+  o.parallel.offload = false;
+  o.precision = "bf16";
+  CHECK_THROWS_WITH(ZeroStrategy(world, o),
+                    Catch::Contains("--zero 2: ZeRO's shards run in fp32") && Catch::Contains("use --precision fp32"));
+  o.precision = "fp32";
+  o.parallel.reshard = true;
+  o.parallel.zero = 0;
+  CHECK_THROWS_WITH(check_parallel_options(o, world.size()), Catch::Contains("--reshard re-cuts"));
+  if (world.size() % 2 == 0) {
+    o.parallel.reshard = false;
+    o.parallel.zero = 1;
+    o.parallel.tp = 2;
+    CHECK_THROWS_WITH(check_parallel_options(o, world.size()),
+                      Catch::Contains("does not compose with tensor or pipeline parallelism"));
+  }
+  // A shard file read as a whole checkpoint says how to resume it.
+  const std::string path = std::filesystem::temp_directory_path() /
+                           ("scalelab_zero_shard_" + std::to_string(world.rank()) + ".state");
+  TrainCheckpoint c;
+  c.config = config();
+  const std::size_t n = ParamLayout(c.config).num_params();
+  c.params.assign(n / 2, 1.0f);
+  c.adam_m = c.adam_v = c.params;
+  save_checkpoint_shard(path, c, CheckpointShard{1, 2, n / 2, n / 2 + n / 2});
+  CHECK_THROWS_WITH(load_checkpoint(path, &c.config),
+                    Catch::Contains("holds rank 1's shard of a ZeRO checkpoint sharded over 2 ranks") &&
+                        Catch::Contains("mpirun -np 2"));
+  CheckpointShard cut;
+  CHECK(load_checkpoint(path, &c.config, &cut).params.size() == n / 2);
+  CHECK(cut.begin == n / 2);
+}
