@@ -65,12 +65,21 @@ void DdpStrategy::begin_step(const GlobalBatch& batch) {
   ddp_->begin_step(batch.micro_batches);
 }
 
-double DdpStrategy::run_micro_batches(TrainModel& model, const GlobalBatch& batch, double loss_scale) {
-  const int d = comm_.size(), local = batch.rows / d;
-  const std::size_t offset = static_cast<std::size_t>(comm_.rank()) * local * batch.T;
+double run_data_parallel_rows(Communicator& comm, TrainModel& model, const GlobalBatch& batch, double loss_scale) {
+  const int d = comm.size(), local = batch.rows / d;
+  const std::size_t offset = static_cast<std::size_t>(comm.rank()) * local * batch.T;
   // Scaling each rank's loss by 1/d makes the sum over ranks the gradient of the mean loss.
   return accumulate_gradients(model, batch.inputs + offset, batch.targets + offset, local, batch.T, batch.micro_batches,
                               loss_scale / d);
+}
+
+double data_parallel_mean_loss(Communicator& comm, double local_loss) {
+  comm.all_reduce(&local_loss, 1);  // the mean loss over the whole batch, for the report
+  return local_loss / comm.size();
+}
+
+double DdpStrategy::run_micro_batches(TrainModel& model, const GlobalBatch& batch, double loss_scale) {
+  return run_data_parallel_rows(comm_, model, batch, loss_scale);
 }
 
 void DdpStrategy::sync_gradients(TrainModel& /*model*/) {
@@ -82,10 +91,7 @@ void DdpStrategy::sync_gradients(TrainModel& /*model*/) {
     report_.bytes_sent += grad_comm_->stats()[op].bytes_sent - before_[op].bytes_sent;
 }
 
-double DdpStrategy::mean_loss(double local_loss) {
-  comm_.all_reduce(&local_loss, 1);  // the mean loss over the whole batch, for the report
-  return local_loss / comm_.size();
-}
+double DdpStrategy::mean_loss(double local_loss) { return data_parallel_mean_loss(comm_, local_loss); }
 
 const Timeline* DdpStrategy::timeline() const { return &ddp_->timeline(); }
 

@@ -21,6 +21,13 @@ using GradCommFactory = std::function<std::unique_ptr<Communicator>(Communicator
 // The DDP settings of a run's parallel options (--ddp auto means bucketed).
 DdpOptions ddp_options_from(const ParallelOptions& parallel);
 
+// Data parallelism's part of a step, shared by DDP (04) and ZeRO (07): this rank of `comm` runs
+// its B/d rows of the batch in the step's micro-batches, each backward scaled by 1/d (so the sum
+// over ranks is the mean loss's gradient); returns this rank's mean loss.
+double run_data_parallel_rows(Communicator& comm, TrainModel& model, const GlobalBatch& batch, double loss_scale);
+// The whole batch's mean loss from every rank's (collective over comm).
+double data_parallel_mean_loss(Communicator& comm, double local_loss);
+
 class DdpStrategy final : public ParallelStrategy {
  public:
   // comm: the data-parallel group in host memory (the replica check, the starting parameters,

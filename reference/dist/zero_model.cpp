@@ -53,13 +53,8 @@ void ZeroModel::init_weights(std::uint64_t seed) {
   std::copy(whole.data() + shards_.begin(), whole.data() + shards_.end(), params_.data());
 }
 
-const float* ZeroModel::master_params() const {
-  return stage_ <= 2 ? params_.data() + shards_.begin() : params_.data();
-}
-
 void ZeroModel::set_master_params(const float* values) {
-  float* shard = const_cast<float*>(master_params());  // our own buffer
-  std::copy(values, values + shards_.size(), shard);
+  std::copy(values, values + shards_.size(), own_params());
   if (stage_ <= 2) all_gather_params();
 }
 
@@ -69,11 +64,8 @@ void ZeroModel::all_gather_params() {
   if (ring())
     ring_all_gather(comm_, params_.data(), shards_.num_params());
   else
-    comm_.all_gather(params_.data() + shards_.begin(), params_.data(), shards_.num_params(), DataType::kFloat32);
+    comm_.all_gather(own_params(), params_.data(), shards_.num_params(), DataType::kFloat32);
 }
-
-float* ZeroModel::shard_of_grads() { return stage_ == 1 ? grads_.data() + shards_.begin() : grads_.data(); }
-const float* ZeroModel::grad_shard() const { return stage_ == 1 ? grads_.data() + shards_.begin() : grads_.data(); }
 
 void ZeroModel::zero_grad() {
   std::fill(grads_.begin(), grads_.end(), 0.0f);
@@ -105,7 +97,7 @@ void ZeroModel::backward(double loss_scale) {
   if (stage_ >= 2) {
     root_g_emb_ = grad_buffer(shards_.embeddings());
     root_g_lnf_ = grad_buffer(shards_.head());
-    point_root_grads(root_g_emb_.data(), root_g_lnf_.data());
+    point_root(g_, root_g_emb_.data(), root_g_lnf_.data());
   }
   resume_compute();
   gpt_.backward(static_cast<float>(loss_scale));
@@ -229,7 +221,7 @@ Buffer<float> ZeroModel::gather_unit(const ZeroUnit& unit) {
 void ZeroModel::gather_root() {
   root_w_emb_ = gather_unit(shards_.embeddings());
   root_w_lnf_ = gather_unit(shards_.head());
-  point_root_weights(root_w_emb_.data(), root_w_lnf_.data());
+  point_root(w_, root_w_emb_.data(), root_w_lnf_.data());
 }
 
 void ZeroModel::release_root() {
@@ -237,19 +229,11 @@ void ZeroModel::release_root() {
   root_w_lnf_ = Buffer<float>();
 }
 
-void ZeroModel::point_root_weights(float* embeddings, float* lnf) {
-  w_.wte = embeddings;
-  w_.wpe = embeddings + static_cast<std::size_t>(config().vocab_size) * config().channels;
-  w_.lnf_w = lnf;
-  w_.lnf_b = lnf + config().channels;
-  gpt_.set_views(w_, g_);
-}
-
-void ZeroModel::point_root_grads(float* embeddings, float* lnf) {
-  g_.wte = embeddings;
-  g_.wpe = embeddings + static_cast<std::size_t>(config().vocab_size) * config().channels;
-  g_.lnf_w = lnf;
-  g_.lnf_b = lnf + config().channels;
+void ZeroModel::point_root(ParamView<float>& view, float* embeddings, float* lnf) {
+  view.wte = embeddings;
+  view.wpe = embeddings + static_cast<std::size_t>(config().vocab_size) * config().channels;
+  view.lnf_w = lnf;
+  view.lnf_b = lnf + config().channels;
   gpt_.set_views(w_, g_);
 }
 
@@ -282,7 +266,7 @@ void ZeroModel::finish_reduction(Reduction& r) {
   if (n == 0) return;
   const float* sum = ring() ? (stage_ == 1 ? grads_.data() + u.begin : r.grads.data()) + u.pieces.offset(shards_.rank())
                             : r.recv.data();
-  float* mine = shard_of_grads() + (shards_.piece_begin(u) - shards_.begin());
+  float* mine = own_grads() + (shards_.piece_begin(u) - shards_.begin());
   if (stage_ == 1 || first_contribution_) {
     if (sum != mine) std::memcpy(mine, sum, n * sizeof(float));
   } else {
@@ -300,7 +284,7 @@ void ZeroModel::finish_reductions(std::size_t keep) {
 // ---- the optimizer step --------------------------------------------------------------------
 
 TrainModel::StepOutcome ZeroModel::optimizer_step(AdamW& optimizer, double lr, double grad_scale, double clip) {
-  float* master = const_cast<float*>(master_params());
+  float* master = own_params();
   // The norm over the whole model: each rank sums the squares of its shard, the group adds them.
   const GradNormFn global_norm = [this](const float* g, std::size_t n) {
     double squares = 0;
@@ -308,7 +292,7 @@ TrainModel::StepOutcome ZeroModel::optimizer_step(AdamW& optimizer, double lr, d
     comm_.all_reduce(&squares, 1);
     return std::sqrt(squares);
   };
-  const StepOutcome out = fp32_optimizer_step(optimizer, master, shard_of_grads(), shards_.size(), lr, grad_scale, clip,
+  const StepOutcome out = fp32_optimizer_step(optimizer, master, own_grads(), shards_.size(), lr, grad_scale, clip,
                                               global_norm);
   if (out.skipped || stage_ == 3) return out;  // stage 3 gathers parameters when a block needs them
   // Every rank updated its shard; the all-gather hands each rank everyone else's.

@@ -46,7 +46,6 @@ class ZeroModel final : public TrainModel {
   const ParamLayout& layout() const override { return gpt_.layout(); }
   std::size_t num_params() const override { return shards_.size(); }
   const ZeroShards& shards() const { return shards_; }
-  int stage() const { return stage_; }
 
   double forward(const int* tokens, const int* targets, int B, int T) override;
   void backward(double loss_scale) override;
@@ -55,7 +54,7 @@ class ZeroModel final : public TrainModel {
   // The whole model's GPT-2 initialisation; this rank keeps what its stage keeps.
   void init_weights(std::uint64_t seed) override;
   // This rank's shard of the parameters (shards().size() values).
-  const float* master_params() const override;
+  const float* master_params() const override { return params_.data() + params_offset(); }
   // Collective over the group: sets this rank's shard from `values`; stages 1 and 2 then
   // all-gather the whole buffer, so every rank holds the same parameters.
   void set_master_params(const float* values) override;
@@ -70,12 +69,11 @@ class ZeroModel final : public TrainModel {
   void begin_step(int micro_batches);
   // This rank's shard of the gradients (shards().size()): after the step's last backward, the
   // sum over ranks of the whole batch's gradients.
-  const float* grad_shard() const;
+  const float* grad_shard() const { return grads_.data() + grads_offset(); }
   // The whole parameter buffer (stages 1 and 2; null under stage 3).
   const float* full_params() const { return stage_ <= 2 ? params_.data() : nullptr; }
   // The last step's compute and communication intervals.
   const Timeline& timeline() const { return timeline_; }
-  void clear_timeline() { timeline_.clear(); }
 
  private:
   // A unit's gradients on their way to the owners.
@@ -97,6 +95,12 @@ class ZeroModel final : public TrainModel {
 
   bool ring() const { return algorithm_ == DdpOptions::Algorithm::kRing; }
   void all_gather_params();  // stages 1, 2: every rank's shard into every rank's full buffer
+  // This rank's shards: inside the full buffers (stages 1, 2 for parameters, 1 for gradients) or
+  // the whole of the sharded ones.
+  std::size_t params_offset() const { return stage_ <= 2 ? shards_.begin() : 0; }
+  std::size_t grads_offset() const { return stage_ == 1 ? shards_.begin() : 0; }
+  float* own_params() { return params_.data() + params_offset(); }
+  float* own_grads() { return grads_.data() + grads_offset(); }
   // Compute intervals for the timeline: collectives run inside the hooks are left out.
   void pause_compute(const char* what);
   void resume_compute();
@@ -110,14 +114,13 @@ class ZeroModel final : public TrainModel {
   Buffer<float> gather_unit(const ZeroUnit& unit);  // blocking (the embeddings, ln_f)
   void gather_root();
   void release_root();
-  void point_root_weights(float* embeddings, float* lnf);
-  void point_root_grads(float* embeddings, float* lnf);
+  // Points a view's wte and wpe at `embeddings`, its ln_f at `lnf` (the units' working buffers).
+  void point_root(ParamView<float>& view, float* embeddings, float* lnf);
   // Stage 2, 3: a zeroed working buffer for unit u's gradients.
   Buffer<float> grad_buffer(const ZeroUnit& unit);
   void start_reduction(Reduction& r);
   void finish_reduction(Reduction& r);
   void finish_reductions(std::size_t keep);  // until at most `keep` are in flight
-  float* shard_of_grads();
 
   int stage_;
   Communicator& comm_;

@@ -7,12 +7,12 @@
 
 namespace scalelab {
 
-ZeroShards::ZeroShards(const GPTConfig& config, int rank, int ranks)
-    : rank_(rank), ranks_(ranks), partition_{ParamLayout(config).num_params(), ranks} {
+ZeroShards::ZeroShards(const GPTConfig& config, int rank, int ranks) : rank_(rank), ranks_(ranks) {
   require(ranks >= 1 && rank >= 0 && rank < ranks, "zero",
           "rank " + std::to_string(rank) + " of " + std::to_string(ranks) + " data-parallel ranks",
           "start the run through scalelab train under mpirun");
   const ParamLayout layout(config);
+  partition_ = BlockPartition{layout.num_params(), ranks};
   const std::size_t lnf = layout.find("transformer.ln_f.weight").offset;
   auto add = [&](std::string name, int block, std::size_t begin, std::size_t end) {
     units_.push_back({std::move(name), block, begin, end, Pieces::of_range(partition_, begin, end)});

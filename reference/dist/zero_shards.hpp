@@ -48,7 +48,6 @@ class ZeroShards {
   std::size_t begin() const { return partition_.offset(rank_); }
   std::size_t end() const { return begin() + size(); }
   std::size_t size() const { return partition_.size(rank_); }
-  std::size_t size_of(int rank) const { return partition_.size(rank); }
 
   // In layout order: embeddings, block 0 .. L-1, ln_f.
   const std::vector<ZeroUnit>& units() const { return units_; }

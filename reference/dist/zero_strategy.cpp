@@ -8,7 +8,6 @@
 #include "dist/ddp_strategy.hpp"
 #include "io/checkpoint.hpp"
 #include "io/safetensors.hpp"
-#include "train/accumulate.hpp"
 
 namespace scalelab {
 
@@ -74,17 +73,10 @@ void ZeroStrategy::begin_step(const GlobalBatch& batch) {
 }
 
 double ZeroStrategy::run_micro_batches(TrainModel& model, const GlobalBatch& batch, double loss_scale) {
-  const int d = comm_.size(), local = batch.rows / d;
-  const std::size_t offset = static_cast<std::size_t>(comm_.rank()) * local * batch.T;
-  // As in DDP: each rank's loss scaled by 1/d, so the sum over ranks is the mean loss's gradient.
-  return accumulate_gradients(model, batch.inputs + offset, batch.targets + offset, local, batch.T, batch.micro_batches,
-                              loss_scale / d);
+  return run_data_parallel_rows(comm_, model, batch, loss_scale);  // the rows as in DDP
 }
 
-double ZeroStrategy::mean_loss(double local_loss) {
-  comm_.all_reduce(&local_loss, 1);
-  return local_loss / comm_.size();
-}
+double ZeroStrategy::mean_loss(double local_loss) { return data_parallel_mean_loss(comm_, local_loss); }
 
 TrainModel::StepOutcome ZeroStrategy::optimizer_step(TrainModel& model, AdamW& optimizer, double lr, double grad_scale,
                                                      double clip) {

@@ -49,9 +49,6 @@ class ZeroStrategy final : public ParallelStrategy {
   void save_weights(const TrainModel& model, const std::string& path) const override;
   void save_checkpoint(const TrainCheckpoint& checkpoint, const std::string& path) const override;
 
-  // Bytes this rank sent in the last step's reduce-scatters and all-gathers.
-  std::uint64_t last_step_bytes() const { return report_.bytes_sent; }
-
  private:
   Communicator& comm_;
   int stage_;

@@ -7,7 +7,7 @@
 //     strategy.run_micro_batches(...)        which rows this rank runs and in what order
 //                                            (01: one after another; 05: a pipeline schedule)
 //     strategy.sync_gradients()              the gradients become those of the whole batch
-//                                            (04: all-reduce; 07: reduce-scatter)
+//                                            (04: all-reduce; 07 reduce-scatters during backward)
 //     strategy.mean_loss(loss)               the loss of the whole batch, the same on every rank
 //     strategy.optimizer_step(...)           the update (07: each rank updates its shard)
 //     strategy.step_report()                 bytes moved and communication time of the step
