@@ -149,6 +149,26 @@ if [[ " ${labs[*]} " == *" 06 "* ]]; then
     'tp_all_reduce(tp, staging.data(), staging.size(), ReduceOp::kSum);' '(void)tp;  // the sum forgotten' \
     sum_sequence_parallel_grads "sequence parallelism without the LayerNorm gradient sum"
 fi
+if [[ " ${labs[*]} " == *" 07 "* ]]; then
+  # Shards cut in proportion (b * count / parts) instead of BlockPartition's cut, which gives the
+  # first count % parts shards one element more: right whenever d divides psi.
+  wrong_solution 07 07-zero pieces comm/partition.cpp \
+    'const std::size_t shard_end = shards.offset(b) + shards.size(b);' \
+    'const std::size_t shard_end = (b + 1) * shards.count / static_cast<std::size_t>(shards.parts);' \
+    Pieces::of_range "a ZeRO shard off by one at an uneven split"
+  # The ring leaves each rank's piece of the sum at pieces.offset(rank); read from the start.
+  wrong_solution 07 07-zero piece-offset dist/zero_model.cpp \
+    'r.grads.data()) + u.pieces.offset(shards_.rank())' 'r.grads.data())' \
+    ZeroModel::finish_reduction "the reduced piece read from the start of the unit, not from this rank's offset"
+  # The clipping norm from this rank's shard alone: every rank clips by a different factor.
+  wrong_solution 07 07-zero local-norm dist/zero_model.cpp \
+    'comm_.all_reduce(&squares, 1);' '(void)comm_;  // the partial sums never added' \
+    ZeroModel::optimizer_step "the gradient norm of this rank's shard only"
+  # No prefetch: each block gathered only when it is reached; the same numbers, no overlap.
+  wrong_solution 07 07-zero no-prefetch dist/zero_model.cpp \
+    'if (next >= 0 && next < config().num_layers) {' 'if (false && next >= 0) {' \
+    ZeroModel::gather_around_block "stage 3 without the next block's prefetch"
+fi
 
 step "5. forged submissions earn nothing"
 # Each tools/forged/lab00/NAME.cpp defines forged(), called first thing in adamw_step of an

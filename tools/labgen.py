@@ -37,6 +37,7 @@ LAB_DIRS = {
     "04": "04-data-parallel",
     "05": "05-pipeline",
     "06": "06-tensor-parallel",
+    "07": "07-zero",
 }
 
 SOURCE_SUFFIXES = {".cpp", ".cc", ".cu"}             # swapped per lab by CMake: markers allowed

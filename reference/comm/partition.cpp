@@ -18,10 +18,12 @@ Pieces Pieces::even(std::size_t count, int parts) {
 
 Pieces Pieces::of_range(const BlockPartition& shards, std::size_t begin, std::size_t end) {
   Pieces out;
+  // LAB 07 BEGIN Pieces::of_range: section 2
   for (int b = 0; b < shards.parts; ++b) {
     const std::size_t shard_end = shards.offset(b) + shards.size(b);
     out.bounds_.push_back(std::clamp(shard_end, begin, end) - begin);
   }
+  // LAB 07 END
   return out;
 }
 

@@ -59,12 +59,14 @@ void ZeroModel::set_master_params(const float* values) {
 }
 
 void ZeroModel::all_gather_params() {
+  // LAB 07 BEGIN ZeroModel::all_gather_params: section 3
   // The shards are the collectives' own even cut (BlockPartition), so one all-gather of the
   // whole buffer hands every rank everyone else's shard, in place.
   if (ring())
     ring_all_gather(comm_, params_.data(), shards_.num_params());
   else
     comm_.all_gather(own_params(), params_.data(), shards_.num_params(), DataType::kFloat32);
+  // LAB 07 END
 }
 
 void ZeroModel::zero_grad() {
@@ -126,18 +128,7 @@ void ZeroModel::resume_compute() { compute_from_us_ = timeline_.now_us(); }
 void ZeroModel::on_block(int l, bool backward) {
   // The time spent here waiting for collectives is not compute: the timeline leaves it out.
   pause_compute(in_backward_ ? "backward" : "forward");
-  if (stage_ == 3) {
-    // Block l's parameters, gathered (or waited for: the previous block started the gather);
-    // every other gathered block is freed, then the next block's gather starts, so that it runs
-    // while block l computes. A recompute (checkpointing, during backward) prefetches nothing.
-    Gathered& g = gathered_block(l);
-    const int next = backward ? l - 1 : (in_backward_ ? -1 : l + 1);
-    w_.blocks[static_cast<std::size_t>(l)] = block_view(config(), l, g.weights.data());
-    if (next >= 0 && next < config().num_layers) {
-      blocks_.emplace_back();
-      start_gather(blocks_.back(), shards_.block(next));
-    }
-  }
+  if (stage_ == 3) gather_around_block(l, backward);
   if (backward && stage_ >= 2) {
     // At most one block's gradients still travel while this block's are computed.
     finish_reductions(1);
@@ -164,6 +155,7 @@ void ZeroModel::on_grads_ready(std::size_t offset) {
 // ---- stage 3: parameters gathered on demand ------------------------------------------------
 
 void ZeroModel::start_gather(Gathered& g, const ZeroUnit& unit) {
+  // LAB 07 BEGIN ZeroModel::start_gather: section 4
   g.block = unit.block;
   g.weights = Buffer<float>(unit.size(), MemCategory::kParams, tracker_);
   const std::size_t own = shards_.piece_size(unit), at = unit.pieces.offset(shards_.rank());
@@ -179,6 +171,7 @@ void ZeroModel::start_gather(Gathered& g, const ZeroUnit& unit) {
   }
   g.request = comm_.iall_gather_v(g.weights.data() + at, g.weights.data(), unit.pieces, DataType::kFloat32);
   g.pending = true;
+  // LAB 07 END
 }
 
 void ZeroModel::finish_gather(Gathered& g) {
@@ -188,22 +181,33 @@ void ZeroModel::finish_gather(Gathered& g) {
   timeline_.add("gather block " + std::to_string(g.block), "comm", 1, g.start_us, timeline_.now_us());
 }
 
-ZeroModel::Gathered& ZeroModel::gathered_block(int l) {
-  // Free every block but l (waiting for a gather in flight first: MPI still writes into it).
+void ZeroModel::gather_around_block(int l, bool backward) {
+  // LAB 07 BEGIN ZeroModel::gather_around_block: section 4
+  // Free every gathered block but l, waiting for a gather still in flight first (the
+  // collective still writes into its buffer). blocks_ holds at most l and a prefetch.
   while (!blocks_.empty() && blocks_.front().block != l) {
     finish_gather(blocks_.front());
     blocks_.pop_front();
   }
-  if (blocks_.empty()) {
+  if (blocks_.empty()) {  // not prefetched (the first block of a pass, or a recompute)
     blocks_.emplace_back();
     start_gather(blocks_.back(), shards_.block(l));
   }
-  while (blocks_.size() > 1) {  // a prefetch of another block after l's
+  while (blocks_.size() > 1) {  // a prefetch of a block other than l's successor
     finish_gather(blocks_.back());
     blocks_.pop_back();
   }
-  finish_gather(blocks_.front());
-  return blocks_.front();
+  Gathered& g = blocks_.front();
+  finish_gather(g);
+  w_.blocks[static_cast<std::size_t>(l)] = block_view(config(), l, g.weights.data());
+  // The next block in this pass's order starts gathering now, so that it travels while block l
+  // computes. A recompute (checkpointing, during backward) prefetches nothing.
+  const int next = backward ? l - 1 : (in_backward_ ? -1 : l + 1);
+  if (next >= 0 && next < config().num_layers) {
+    blocks_.emplace_back();
+    start_gather(blocks_.back(), shards_.block(next));
+  }
+  // LAB 07 END
 }
 
 void ZeroModel::release_blocks() {
@@ -244,6 +248,7 @@ Buffer<float> ZeroModel::grad_buffer(const ZeroUnit& unit) {
 }
 
 void ZeroModel::start_reduction(Reduction& r) {
+  // LAB 07 BEGIN ZeroModel::start_reduction: section 3
   const ZeroUnit& u = *r.unit;
   // Stage 1 reduces in the full gradient buffer, stages 2 and 3 from the unit's working buffer.
   float* send = stage_ == 1 ? grads_.data() + u.begin : r.grads.data();
@@ -256,9 +261,11 @@ void ZeroModel::start_reduction(Reduction& r) {
     r.recv = Buffer<float>(shards_.piece_size(u), MemCategory::kComm, tracker_);
     r.request = comm_.ireduce_scatter_v(send, r.recv.data(), u.pieces, DataType::kFloat32, ReduceOp::kSum);
   }
+  // LAB 07 END
 }
 
 void ZeroModel::finish_reduction(Reduction& r) {
+  // LAB 07 BEGIN ZeroModel::finish_reduction: section 3
   const ZeroUnit& u = *r.unit;
   comm_.wait(r.request);
   timeline_.add("reduce-scatter " + u.name, "comm", 1, r.start_us, timeline_.now_us());
@@ -272,6 +279,7 @@ void ZeroModel::finish_reduction(Reduction& r) {
   } else {
     for (std::size_t i = 0; i < n; ++i) mine[i] += sum[i];  // stages 2, 3: micro-batches add up in the shard
   }
+  // LAB 07 END
 }
 
 void ZeroModel::finish_reductions(std::size_t keep) {
@@ -284,6 +292,7 @@ void ZeroModel::finish_reductions(std::size_t keep) {
 // ---- the optimizer step --------------------------------------------------------------------
 
 TrainModel::StepOutcome ZeroModel::optimizer_step(AdamW& optimizer, double lr, double grad_scale, double clip) {
+  // LAB 07 BEGIN ZeroModel::optimizer_step: section 3
   float* master = own_params();
   // The norm over the whole model: each rank sums the squares of its shard, the group adds them.
   const GradNormFn global_norm = [this](const float* g, std::size_t n) {
@@ -300,6 +309,7 @@ TrainModel::StepOutcome ZeroModel::optimizer_step(AdamW& optimizer, double lr, d
   all_gather_params();
   timeline_.add("all-gather parameters", "comm", 1, t0, timeline_.now_us());
   return out;
+  // LAB 07 END
 }
 
 }  // namespace scalelab

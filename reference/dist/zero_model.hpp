@@ -106,8 +106,9 @@ class ZeroModel final : public TrainModel {
   void resume_compute();
   void on_block(int block, bool backward);
   void on_grads_ready(std::size_t offset);
-  // Stage 3: block l's weights gathered (waiting for a prefetch, or gathering now).
-  Gathered& gathered_block(int l);
+  // Stage 3, just before block l runs (forward, or backward when `backward`): its parameters
+  // gathered and pointed at, every other block freed, the next block's gather started.
+  void gather_around_block(int l, bool backward);
   void start_gather(Gathered& g, const ZeroUnit& unit);
   void finish_gather(Gathered& g);
   void release_blocks();
