@@ -265,6 +265,12 @@ FAILED_AT_RE = re.compile(r"^(.+?):(\d+): FAILED:\s*$")
 STUB_RE = re.compile(r"Lab (\d\d): implement ([A-Za-z_][\w:~]*) \(see ([^)]*)\)")
 MPI_SIGNAL_RE = re.compile(r"exited on signal (\d+) \(([^)]*)\)")
 CATCH_SIGNAL_RE = re.compile(r"due to a fatal error condition:\s*\n\s*(SIG[A-Z]+)")
+# AddressSanitizer's "==123==ERROR: AddressSanitizer: heap-buffer-overflow on address ..." and
+# UndefinedBehaviorSanitizer's "path/file.cpp:12:5: runtime error: ...".
+ASAN_RE = re.compile(r"ERROR: (AddressSanitizer|LeakSanitizer): ([\w-]+)")
+UBSAN_RE = re.compile(r"^(\S+?):(\d+):\d+: runtime error: (.*)$", re.M)
+# A stack frame of a sanitizer report: "    #3 0x55d0c0 in scalelab::layernorm_backward(...) /src/labs/x.cpp:42:7".
+FRAME_RE = re.compile(r"^\s*#\d+ 0x[0-9a-f]+ in (.+?) (/\S+?:\d+)(?::\d+)?\s*$", re.M)
 # reference/comm/watchdog.cpp: "rank 3 (rank 1 of 2 in its communicator): recv from rank 0 did not
 # complete within 20 s (comm timeout). ..."
 WATCHDOG_RE = re.compile(r"rank (\d+) \(rank \d+ of \d+ in its communicator\): (.+?) did not complete within "
@@ -434,6 +440,31 @@ def watchdog_hang(output: str) -> str:
     return f"rank {m.group(1)}: {m.group(2)} did not complete within {m.group(3)} s" if m else ""
 
 
+def short_path(path: str) -> str:
+    """A source path from the repository root on: "labs/00-naive/x.cpp" for "/any/where/labs/00-naive/x.cpp"."""
+    for top in ("/labs/", "/reference/", "/tests/"):
+        if top in path:
+            return path[path.rfind(top) + 1:]
+    return path
+
+
+def sanitizer_report(output: str) -> tuple[str, str]:
+    """(what, where) of the first sanitizer error in the output, or ("", ""): what the sanitizer
+    found, and the first stack frame in the student's files (labs/), else the first frame."""
+    m = ASAN_RE.search(output)
+    if m:
+        frames = FRAME_RE.findall(output[m.end():])
+        mine = [f for f in frames if "/labs/" in f[1]] or frames
+        if not mine:
+            return f"{m.group(1)}: {m.group(2)}", ""
+        function, path = mine[0]
+        return f"{m.group(1)}: {m.group(2)}", f"{function.split('(')[0]} ({short_path(path)})"
+    m = UBSAN_RE.search(output)
+    if m:
+        return f"UndefinedBehaviorSanitizer: {m.group(3)}", f"{short_path(m.group(1))}:{m.group(2)}"
+    return "", ""
+
+
 def judge(test: GradedTest, run: RunResult, where: WhereToLook, verdict: Verdict | None = None) -> Outcome:
     out = run.output
     # Catch2 wraps long messages at 80 columns: join the pieces of each stub message again.
@@ -467,6 +498,8 @@ def judge(test: GradedTest, run: RunResult, where: WhereToLook, verdict: Verdict
         status = f"crashed ({signal_name(int(m.group(1)))})"
     elif CATCH_SIGNAL_RE.search(out):
         status = f"crashed ({CATCH_SIGNAL_RE.search(out).group(1)})"
+    elif sanitizer_report(out)[0]:
+        status = "crashed (sanitizer)"
     elif run.returncode == 0 and verdict.ok:
         status = "passed"
     elif "No test cases matched" in out:
@@ -482,14 +515,23 @@ def judge(test: GradedTest, run: RunResult, where: WhereToLook, verdict: Verdict
                f"messages yourself.")
         short = f"no valid verdict: {verdict.problem}"
 
-    if status.startswith("crashed"):
+    if status == "crashed (sanitizer)":
+        what, at = sanitizer_report(out)
+        short = f"{what}" + (f" in {at}" if at else "")
+        why = (f"The sanitizer build stopped the test: {what}" + (f", in {at}" if at else "") + ". "
+               "That line (or the index computed just before it) reads or writes outside an array, or does "
+               "arithmetic the language leaves undefined; check its indices against the shape comments. "
+               "The whole report is in this test's output in results.json.")
+    elif status.startswith("crashed"):
         why = (f"The test process died with {status[9:-1]}. Typical causes: reading or writing outside an "
                f"array (check every index against the shape comments), a null pointer, or an exception thrown "
                f"where none may escape (std::terminate -> SIGABRT).")
         short = f"crashed with {status[9:-1]}"
 
     if status == "failed" and not why and not failures and not stubs:
-        why = f"The test exited with status {run.returncode} without a Catch2 failure report; see its output."
+        tail = "\n".join("  | " + line for line in out.strip().splitlines()[-12:])
+        why = (f"The test exited with status {run.returncode} without a Catch2 failure report. The last lines "
+               f"it printed (all of them are in results.json):\n{tail}")
     score = test.points if status == "passed" else 0.0
     parts: list[str] = []
     if status != "passed":
@@ -514,7 +556,7 @@ def judge(test: GradedTest, run: RunResult, where: WhereToLook, verdict: Verdict
             text = [f"First failure: {f.where}" + (f" in test case \"{f.test_case}\"" if f.test_case else "")]
             text += f.render()
             if len(failures) > 1:
-                text.append(f"  (and {len(failures) - 1} more failed assertion(s); see the output below)")
+                text.append(f"  (and {len(failures) - 1} more failed assertion(s); the whole output is in results.json)")
             parts.append("\n".join(text))
             if not short:
                 short = first_message(f) or f"failed at {f.where}"
@@ -858,7 +900,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("lab", help="the lab number, e.g. 00")
     p.add_argument("--reference", action="store_true", help="grade the reference solution instead of labs/")
     p.add_argument("--student-dir", type=Path, help="a submission: its files replace the lab's skeleton files")
-    p.add_argument("--build-dir", type=Path, help="build directory (default: build/grade)")
+    p.add_argument("--build-dir", type=Path, help="build directory (default: build/grade-NN, one per lab)")
     p.add_argument("--results", type=Path, help="where to write results.json (default: <build-dir>/results.json)")
     p.add_argument("--hidden-tests", type=Path, action="append", default=[],
                    help="a directory of extra tests outside the repository (CMakeLists.txt + *.json); repeatable")
@@ -898,7 +940,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.reference and args.student_dir:
         print("grade: --reference and --student-dir exclude each other", file=sys.stderr)
         return 2
-    build_dir = (args.build_dir or source / "build" / "grade").resolve()
+    # One build directory per lab: switching labs then rebuilds only what changed since that
+    # lab's last grading, not every file the other lab swapped.
+    build_dir = (args.build_dir or source / "build" / f"grade-{lab}").resolve()
     results_path = (args.results or build_dir / "results.json").resolve()
     grading_dirs = [d.resolve() for d in (args.grading_dir or [source / "tests" / "grading"])]
     hidden = [d.resolve() for d in args.hidden_tests]

@@ -77,6 +77,12 @@ FAKES = {
     "mismatch": "cat <<'EOF'\n" + FAILURE_TEMPLATE.format(root=ROOT, body=MISMATCH_BODY.format(root=ROOT))
                 + "EOF\nexit 1",
     "segv": 'echo "starting"; kill -SEGV $$',
+    "asan": "cat <<'EOF'\n==4242==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x6020 at pc 0x55d0\n"
+            "WRITE of size 4 at 0x6020 thread T0\n"
+            "    #0 0x55d0c0 in scalelab::add_into(float*, float const*, unsigned long) /src/reference/core/simd.cpp:12:7\n"
+            f"    #1 0x55d0c1 in scalelab::layernorm_backward(float*) {ROOT}/labs/00-naive/model/layers/layernorm.cpp:61:14\n"
+            "    #2 0x55d0c2 in main /src/tests/main.cpp:3:1\nEOF\nexit 1",
+    "exit1": 'for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14; do echo "line $i"; done; exit 1',
     "abort": 'echo "terminate called after throwing an instance of std::logic_error"; kill -ABRT $$',
     "hang": 'sleep 1000 &\necho $! > "$HANG_PID_FILE"\nwait',
     "flood": 'yes "flooding the output with the same line again and again"',
@@ -130,7 +136,7 @@ class GraderOnFakeBinaries(unittest.TestCase):
         cls.grading = cls.tmp / "grading"
         cls.grading.mkdir()
         tests = [entry("t.passes", "passes", points=3), entry("t.stub", "stub"), entry("t.mismatch", "mismatch"),
-                 entry("t.segv", "segv"), entry("t.abort", "abort"), entry("t.hang", "hang", timeout=1.5),
+                 entry("t.segv", "segv"), entry("t.asan", "asan"), entry("t.exit1", "exit1"), entry("t.abort", "abort"), entry("t.hang", "hang", timeout=1.5),
                  entry("t.flood", "flood", timeout=60), entry("t.gpu", "gpu", labels=["gpu"]),
                  entry("t.silent", "silent"), entry("t.nomatch", "nomatch"), entry("t.fakepass", "fakepass"),
                  entry("t.mpi", "rankcount", ranks=2), entry("t.missing", "does_not_exist")]
@@ -165,7 +171,7 @@ class GraderOnFakeBinaries(unittest.TestCase):
         d = self.data
         self.assertIsInstance(d["score"], (int, float))
         self.assertIsInstance(d["execution_time"], (int, float))
-        self.assertEqual(len(d["tests"]), 20, "only lab 00's tests")
+        self.assertEqual(len(d["tests"]), 22, "only lab 00's tests")
         for i, t in enumerate(d["tests"], start=1):
             self.assertEqual(set(t), {"name", "number", "score", "max_score", "status", "output", "visibility"})
             self.assertEqual(t["number"], str(i))
@@ -201,6 +207,21 @@ class GraderOnFakeBinaries(unittest.TestCase):
     def test_crashes_are_reported_with_the_signal(self):
         self.assertIn("crashed (SIGSEGV)", self.by_name["t.segv"]["output"])
         self.assertIn("crashed (SIGABRT)", self.by_name["t.abort"]["output"])
+
+    def test_a_sanitizer_report_names_its_kind_and_the_first_frame_in_labs(self):
+        t = self.by_name["t.asan"]
+        self.assertEqual(t["score"], 0)
+        self.assertIn("crashed (sanitizer)", t["output"])
+        self.assertIn("AddressSanitizer: heap-buffer-overflow, in scalelab::layernorm_backward "
+                      "(labs/00-naive/model/layers/layernorm.cpp:61)", t["output"])
+        self.assertRegex(self.proc.stdout, r"t\.asan +0/2 +crashed \(sanitizer\) +AddressSanitizer: heap-buffer-overflow in "
+                                           r"scalelab::layernorm_backward")
+
+    def test_a_failure_without_a_report_shows_the_last_lines_in_the_terminal(self):
+        details = self.by_name["t.exit1"]["output"].split("--- test output ---")[0]
+        self.assertIn("| line 14", details)
+        self.assertIn("| line 3", details)
+        self.assertNotIn("| line 2\n", details)
 
     def test_hang_is_killed_with_its_children(self):
         self.assertIn("hang", self.by_name["t.hang"]["output"])
@@ -250,7 +271,7 @@ class GraderOnFakeBinaries(unittest.TestCase):
         self.assertEqual(t["score"], 0)
         self.assertIn("hang", t["output"])
         self.assertNotIn("SIGTERM", t["output"].split("--- test output ---")[0])
-        self.assertIn("[20/20] t.watchdog: hang: rank 1: recv from rank 0 did not complete within 20 s",
+        self.assertIn("[22/22] t.watchdog: hang: rank 1: recv from rank 0 did not complete within 20 s",
                       self.proc.stderr)
         self.assertRegex(self.proc.stdout, r"t\.watchdog +0/2 +hang +rank 1: recv from rank 0 did not complete")
 
@@ -262,7 +283,7 @@ class GraderOnFakeBinaries(unittest.TestCase):
 
     def test_table_lists_every_test_with_points(self):
         out = self.proc.stdout
-        for line in ["t.passes", "3/3", "0/2", "crashed (SIGSEGV)", "hang", "output flood", "total", "5/41"]:
+        for line in ["t.passes", "3/3", "0/2", "crashed (SIGSEGV)", "hang", "output flood", "total", "5/45"]:
             self.assertIn(line, out)
         self.assertIn("Lab 00: implement layernorm_backward (see labs/00-naive/README.md, section 3.2)", out)
 
