@@ -575,8 +575,14 @@ def point_to_narrower_failures(outcomes: list[Outcome]) -> None:
     failed too, the student should start there: say so first, in the hint and the table."""
     failed = [o for o in outcomes if o.status == "failed"]
     for o in failed:
-        narrower = [u for u in failed if u is not o and u.test.functions
-                    and set(u.test.functions) <= o.test.covers and len(u.test.covers) < len(o.test.covers)]
+        # A stub that threw in this test names the function to write first (a test may construct
+        # something it does not list, as DDP plans its buckets in naive mode too): point at the
+        # narrowest failing test of that function.
+        stubbed = {m.group(2) for m in map(STUB_RE.search, o.stub_messages) if m}
+        narrower = [u for u in failed if u is not o and stubbed & set(u.test.functions)]
+        if not narrower:
+            narrower = [u for u in failed if u is not o and u.test.functions
+                        and set(u.test.functions) <= o.test.covers and len(u.test.covers) < len(o.test.covers)]
         if not narrower:
             continue
         fewest = min(len(u.test.covers) for u in narrower)  # the narrowest of them: the likeliest place

@@ -547,6 +547,16 @@ class CoverageAccounting(unittest.TestCase):
         self.assertEqual(unit.hint, "MISMATCH")  # nothing narrower than the unit test itself
         self.assertNotIn("fd_gelu", model.details)  # it passed
 
+    def test_a_stub_that_threw_points_at_its_own_test(self):
+        sys.path.insert(0, str(ROOT / "tools"))
+        import grade
+        plan = self.outcome(grade, "lab04.ddp_buckets", ["plan_buckets"])
+        overlap = self.outcome(grade, "lab04.ddp_overlap", ["ddp_launch_ready_buckets"])
+        equal = self.outcome(grade, "lab04.ddp_equal_2ranks", ["ddp_naive", "ddp_launch_ready_buckets"])
+        equal.stub_messages = ["Lab 04: implement plan_buckets (see labs/04-data-parallel/README.md, section 6)"]
+        grade.point_to_narrower_failures([plan, overlap, equal])
+        self.assertTrue(equal.details.startswith("Start with lab04.ddp_buckets (plan_buckets)"), equal.details)
+
     def test_expect_lose_accepts_exactly_the_covering_tests(self):
         sys.path.insert(0, str(ROOT / "tools"))
         import grade
