@@ -16,6 +16,14 @@
 // memory tracker sees the working buffers come and go: its current bytes between steps are the
 // sharded state, its peak adds the working set.
 //
+// Offload (ZeRO-Offload, stages 1 and 2): the fp32 master shard, the gradient shard and AdamW's
+// m and v live in a second memory space, host memory, with its own tracker (host_memory()); the
+// model's memory keeps the parameters (and stage 1's whole gradient). Each unit's reduced piece
+// is copied out to the host as its reduction finishes, during backward; AdamW runs on the host
+// shard, which is then copied back into the model's parameters before the all-gather. Without a
+// GPU both spaces are host memory: the code path, the copies and the bytes are the same, which is
+// what the tests check; its speed is measured where a GPU is at hand.
+//
 // What this rank's optimizer updates, num_params() and master_params(), is its shard; layout()
 // is the whole model's, which forward runs. Collectives go over the data-parallel group, either
 // the backend's (non-blocking, so they overlap compute) or the hand-written ring (blocking).
@@ -37,8 +45,9 @@ namespace scalelab {
 class ZeroModel final : public TrainModel {
  public:
   // stage 1, 2 or 3 over the data-parallel group `dp` (which must outlive the model).
+  // offload: stages 1 and 2 only.
   ZeroModel(const GPTConfig& config, int stage, Communicator& dp, DdpOptions::Algorithm algorithm,
-            MemoryTracker* tracker);
+            MemoryTracker* tracker, bool offload = false);
   ZeroModel(const ZeroModel&) = delete;
   ZeroModel& operator=(const ZeroModel&) = delete;
 
@@ -61,6 +70,10 @@ class ZeroModel final : public TrainModel {
   // Scale, the global norm (partial sums of squares added over the group), skip on inf/NaN,
   // clip, AdamW on this rank's shard; stages 1 and 2 then all-gather the parameters.
   StepOutcome optimizer_step(AdamW& optimizer, double lr, double grad_scale, double clip) override;
+  // Under offload the trainer's AdamW keeps m and v in host memory.
+  MemoryTracker* optimizer_tracker(MemoryTracker* run_tracker) override {
+    return offload_ ? &host_tracker_ : run_tracker;
+  }
   std::size_t block_forward_count() const override { return gpt_.block_forward_count(); }
   std::string precision_name() const override { return "fp32"; }
 
@@ -69,7 +82,10 @@ class ZeroModel final : public TrainModel {
   void begin_step(int micro_batches);
   // This rank's shard of the gradients (shards().size()): after the step's last backward, the
   // sum over ranks of the whole batch's gradients.
-  const float* grad_shard() const { return grads_.data() + grads_offset(); }
+  const float* grad_shard() const { return offload_ ? host_grads_.data() : grads_.data() + grads_offset(); }
+  bool offload() const { return offload_; }
+  // The second memory space under offload (empty otherwise): master shard, gradient shard, m, v.
+  const MemoryTracker& host_memory() const { return host_tracker_; }
   // The whole parameter buffer (stages 1 and 2; null under stage 3).
   const float* full_params() const { return stage_ <= 2 ? params_.data() : nullptr; }
   // The last step's compute and communication intervals.
@@ -100,7 +116,12 @@ class ZeroModel final : public TrainModel {
   std::size_t params_offset() const { return stage_ <= 2 ? shards_.begin() : 0; }
   std::size_t grads_offset() const { return stage_ == 1 ? shards_.begin() : 0; }
   float* own_params() { return params_.data() + params_offset(); }
-  float* own_grads() { return grads_.data() + grads_offset(); }
+  // Where this rank's gradient shard is kept: in the model's memory, or the host's (offload).
+  float* own_grads() { return offload_ ? host_grads_.data() : grads_.data() + grads_offset(); }
+  // What AdamW updates: this rank's parameter shard, or its fp32 master copy on the host.
+  float* master_shard() { return offload_ ? host_master_.data() : own_params(); }
+  // Offload: the updated master shard into the model's parameters (a no-op otherwise).
+  void copy_master_in();
   // Compute intervals for the timeline: collectives run inside the hooks are left out.
   void pause_compute(const char* what);
   void resume_compute();
@@ -124,14 +145,17 @@ class ZeroModel final : public TrainModel {
   void finish_reductions(std::size_t keep);  // until at most `keep` are in flight
 
   int stage_;
+  bool offload_;
   Communicator& comm_;
   DdpOptions::Algorithm algorithm_;
   MemoryTracker* tracker_;
+  MemoryTracker host_tracker_;  // offload's memory space (declared before what it counts)
   ZeroShards shards_;
   // Stages 1, 2: every parameter (num_params of the model); stage 3: this rank's shard.
   Buffer<float> params_;
-  // Stage 1: every gradient; stages 2, 3: this rank's shard.
+  // Stage 1: every gradient; stages 2, 3: this rank's shard (none under offload: it is on the host).
   Buffer<float> grads_;
+  Buffer<float> host_master_, host_grads_;  // offload: this rank's shards in host memory
   GPTModel<float> gpt_;
   ParamView<float> w_, g_;  // what gpt_ reads and writes now
   // Working sets.

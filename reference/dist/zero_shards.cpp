@@ -51,4 +51,17 @@ ZeroStateBytes zero_state_bytes(int stage, std::size_t psi, std::size_t shard) {
   return b;
 }
 
+ZeroStateBytes zero_offload_device_bytes(int stage, std::size_t psi) {
+  const std::size_t f = sizeof(float);
+  ZeroStateBytes b;
+  b.params = f * psi;
+  b.grads = stage == 1 ? f * psi : 0;
+  return b;
+}
+
+ZeroStateBytes zero_offload_host_bytes(std::size_t shard) {
+  const std::size_t f = sizeof(float);
+  return {f * shard, f * shard, 2 * f * shard};
+}
+
 }  // namespace scalelab

@@ -79,5 +79,12 @@ struct ZeroStateBytes {
   std::size_t total() const { return params + grads + optimizer; }
 };
 ZeroStateBytes zero_state_bytes(int stage, std::size_t psi, std::size_t shard);
+// ZeRO-Offload (stages 1 and 2): the fp32 master shard, the gradient shard and m, v live in host
+// memory, 4 + 4 + 8 bytes per element of the shard (16 psi/d); the device keeps the parameters,
+// 4 psi, and under stage 1 the whole gradient, 4 psi, which backward accumulates into:
+//   stage 1 + offload   device 4 psi + 4 psi       host 16 psi/d
+//   stage 2 + offload   device 4 psi               host 16 psi/d
+ZeroStateBytes zero_offload_device_bytes(int stage, std::size_t psi);
+ZeroStateBytes zero_offload_host_bytes(std::size_t shard);
 
 }  // namespace scalelab

@@ -36,16 +36,19 @@ ZeroStrategy::ZeroStrategy(Communicator& comm, const TrainOptions& o)
     : comm_(comm),
       stage_(o.parallel.zero),
       reshard_(o.parallel.reshard),
+      offload_(o.parallel.offload),
       algorithm_(DdpOptions::parse_algorithm(o.parallel.allreduce)) {
   const std::string flag = "--zero " + std::to_string(stage_);
   require_cpu_fp32(o, flag, flag, "ZeRO's shards");
-  require(!o.parallel.offload, "offload", "optimizer offload (--offload) is not built yet",
-          "drop --offload (ZeRO keeps its optimizer shards in the model's memory)");
+  require(!offload_ || stage_ <= 2, "offload",
+          "--offload with --zero 3: this kit offloads ZeRO-1 and -2's optimizer shard; offloading the parameters "
+          "too (ZeRO-Infinity) is not built",
+          "use --zero 1 or --zero 2 with --offload");
 }
 
 std::unique_ptr<TrainModel> ZeroStrategy::make_model(const GPTConfig& config, const std::string& /*precision*/,
                                                      MemoryTracker* tracker, const TrainModelFactory& /*whole*/) {
-  auto model = std::make_unique<ZeroModel>(config, stage_, comm_, algorithm_, tracker);
+  auto model = std::make_unique<ZeroModel>(config, stage_, comm_, algorithm_, tracker, offload_);
   model_ = model.get();
   tracker_ = tracker;
   return model;
@@ -64,7 +67,8 @@ std::string ZeroStrategy::describe() const {
          std::to_string(batch_rows_ / comm_.size()) + " rows, this rank owns [" + std::to_string(s.begin()) + ", " +
          std::to_string(s.end()) + ") of " + std::to_string(s.num_params()) + " parameters, " +
          (algorithm_ == DdpOptions::Algorithm::kRing ? "ring (ours, blocking)"
-                                                     : std::string("builtin (non-blocking, ") + comm_.backend() + ")");
+                                                     : std::string("builtin (non-blocking, ") + comm_.backend() + ")") +
+         (offload_ ? "; optimizer shard, master and gradient shard offloaded to host memory" : "");
 }
 
 void ZeroStrategy::begin_step(const GlobalBatch& batch) {
@@ -93,17 +97,26 @@ const Timeline* ZeroStrategy::timeline() const { return &model_->timeline(); }
 
 std::string ZeroStrategy::report() const {
   const ZeroShards& s = model_->shards();
-  const ZeroStateBytes f = zero_state_bytes(stage_, s.num_params(), s.size());
-  std::string line = "ZeRO-" + std::to_string(stage_) + " rank " + std::to_string(comm_.rank()) + ": shard " +
-                     std::to_string(s.size()) + " of " + std::to_string(s.num_params()) + " parameters (no padding)";
+  const ZeroStateBytes f = offload_ ? zero_offload_device_bytes(stage_, s.num_params())
+                                    : zero_state_bytes(stage_, s.num_params(), s.size());
+  std::string line = "ZeRO-" + std::to_string(stage_) + (offload_ ? "-Offload" : "") + " rank " +
+                     std::to_string(comm_.rank()) + ": shard " + std::to_string(s.size()) + " of " +
+                     std::to_string(s.num_params()) + " parameters (no padding)";
   if (tracker_) {
     line += "; params/grads/optimizer MiB now " + mib(tracker_->current(MemCategory::kParams)) + "/" +
             mib(tracker_->current(MemCategory::kGrads)) + "/" + mib(tracker_->current(MemCategory::kOptimizer)) +
             ", peak " + mib(tracker_->peak(MemCategory::kParams)) + "/" + mib(tracker_->peak(MemCategory::kGrads)) +
             "/" + mib(tracker_->peak(MemCategory::kOptimizer));
   }
-  line += "; formula " + mib(f.params) + "/" + mib(f.grads) + "/" + mib(f.optimizer) + "; sent " +
-          mib(report_.bytes_sent) + " MiB in the last step";
+  line += "; formula " + mib(f.params) + "/" + mib(f.grads) + "/" + mib(f.optimizer);
+  if (offload_) {
+    const MemoryTracker& host = model_->host_memory();
+    const ZeroStateBytes h = zero_offload_host_bytes(s.size());
+    line += "; host (offload) params/grads/optimizer MiB now " + mib(host.current(MemCategory::kParams)) + "/" +
+            mib(host.current(MemCategory::kGrads)) + "/" + mib(host.current(MemCategory::kOptimizer)) + ", formula " +
+            mib(h.params) + "/" + mib(h.grads) + "/" + mib(h.optimizer);
+  }
+  line += "; sent " + mib(report_.bytes_sent) + " MiB in the last step";
   return line;
 }
 

@@ -53,6 +53,7 @@ class ZeroStrategy final : public ParallelStrategy {
   Communicator& comm_;
   int stage_;
   bool reshard_;
+  bool offload_;
   DdpOptions::Algorithm algorithm_;
   ZeroModel* model_ = nullptr;  // the model make_model built (owned by the trainer)
   MemoryTracker* tracker_ = nullptr;

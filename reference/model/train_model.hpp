@@ -57,6 +57,12 @@ class TrainModel {
   // count and a host mirror of m and v that is not counted as memory; these two copy between the
   // mirror and the device for checkpoints.
   virtual bool owns_optimizer_state() const { return false; }
+  // The tracker that counts the trainer's AdamW m and v: the run's (`run_tracker`), none when
+  // the model keeps its own copy (above), or another memory space's, for a model that offloads
+  // its optimizer state to host memory (ZeRO-Offload, dist/zero_model.hpp).
+  virtual MemoryTracker* optimizer_tracker(MemoryTracker* run_tracker) {
+    return owns_optimizer_state() ? nullptr : run_tracker;
+  }
   virtual void download_optimizer_state(AdamW& /*optimizer*/) const {}
   virtual void upload_optimizer_state(const AdamW& /*optimizer*/) {}
   // Number of block forwards since construction (stage 02 counts the recompute).

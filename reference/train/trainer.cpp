@@ -45,10 +45,9 @@ Trainer::Trainer(const TrainOptions& options, MemoryTracker* tracker, const Trai
   const TrainModelFactory whole = factory ? factory : TrainModelFactory(make_train_model);
   model_ = strategy_->make_model(config, options_.precision, tracker_, whole);
   model_->set_checkpoint_policy(options_.checkpoint);
-  // A model that keeps m and v on its device counts them itself; the AdamW here is then a host
-  // mirror for checkpoints, not memory of the run.
-  optimizer_ = std::make_unique<AdamW>(model_->num_params(), options_.adamw,
-                                       model_->owns_optimizer_state() ? nullptr : tracker_);
+  // A model that keeps m and v on its device counts them itself (the AdamW here is then a host
+  // mirror for checkpoints, not memory of the run); one that offloads them says where they live.
+  optimizer_ = std::make_unique<AdamW>(model_->num_params(), options_.adamw, model_->optimizer_tracker(tracker_));
   scaler_.enabled = options_.precision == "fp16";
   schedule_ = options_.lr_schedule;
   schedule_steps_ = options_.steps;

@@ -81,6 +81,7 @@ class Trainer {
   MemoryTracker* tracker_;
   int T_ = 0;
   std::unique_ptr<TrainModel> model_;
+  // Declared after model_, so destroyed before it: under offload the model's host tracker counts m and v.
   std::unique_ptr<AdamW> optimizer_;
   LossScaler scaler_;
   LrSchedule schedule_;

@@ -34,7 +34,8 @@ struct StrategyHarness {
     T = options.seq_len;
     model = strategy.make_model(config, "fp32", &tracker, scalelab::make_train_model);
     model->set_checkpoint_policy(policy);
-    optimizer = std::make_unique<scalelab::AdamW>(model->num_params(), options.adamw, &tracker);
+    optimizer = std::make_unique<scalelab::AdamW>(model->num_params(), options.adamw,
+                                                  model->optimizer_tracker(&tracker));
     model->init_weights(seed);
     strategy.attach({*model, *optimizer, options, &tracker, T, description});
   }

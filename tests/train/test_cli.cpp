@@ -79,7 +79,7 @@ TEST_CASE("scalelab train refuses a bad parallel layout before reading any data"
   const Case cases[] = {
       {"train --dp 2", "error: dp: --dp 2 x --tp 1 x --pp 1 = 2 ranks, but this job has 1; start it with mpirun -np 2"},
       {"train --zero 4", "error: zero: must be 0, 1, 2 or 3, got 4"},
-      {"train --zero 1 --offload", "error: offload: optimizer offload (--offload) is not built yet"},
+      {"train --zero 3 --offload", "error: offload: --offload with --zero 3"},
       {"train --tp 3", "error: tp: --tp 3 does not divide the model's 4 heads"},
       {"train --backend nccl", "error: backend: nccl moves GPU memory, but the run uses --device cpu"},
       {"train --schedule gpipe", "error: schedule: --schedule gpipe needs a pipeline"},

@@ -31,19 +31,26 @@ BlockView<float> block_view(const GPTConfig& config, int l, float* base) {
 }  // namespace
 
 ZeroModel::ZeroModel(const GPTConfig& config, int stage, Communicator& dp, DdpOptions::Algorithm algorithm,
-                     MemoryTracker* tracker)
+                     MemoryTracker* tracker, bool offload)
     : stage_(stage),
+      offload_(offload),
       comm_(dp),
       algorithm_(algorithm),
       tracker_(tracker),
       shards_((config.validate(), config), dp.rank(), dp.size()),
       params_(stage <= 2 ? shards_.num_params() : shards_.size(), MemCategory::kParams, tracker),
-      grads_(stage == 1 ? shards_.num_params() : shards_.size(), MemCategory::kGrads, tracker),
+      grads_(stage == 1 ? shards_.num_params()
+             : offload  ? 0
+                        : shards_.size(),
+             MemCategory::kGrads, tracker),
+      host_master_(offload ? shards_.size() : 0, MemCategory::kParams, &host_tracker_),
+      host_grads_(offload ? shards_.size() : 0, MemCategory::kGrads, &host_tracker_),
       gpt_(config, tracker, ModelSlice{}, stage <= 2 ? params_.data() : nullptr, stage == 1 ? grads_.data() : nullptr),
       w_(gpt_.weight_views()),
       g_(gpt_.grad_views()) {
   require(stage >= 1 && stage <= 3, "zero", "ZeRO stage " + std::to_string(stage) + " does not exist",
           "use --zero 1 (optimizer state), 2 (+ gradients) or 3 (+ parameters)");
+  SCALELAB_CHECK(!offload || stage <= 2, "offload with ZeRO stage ", stage, " (the strategy refuses it)");
   gpt_.set_block_hook([this](int l, bool backward) { on_block(l, backward); });
   gpt_.set_grad_ready_hook([this](std::size_t offset) { on_grads_ready(offset); });
 }
@@ -51,6 +58,7 @@ ZeroModel::ZeroModel(const GPTConfig& config, int stage, Communicator& dp, DdpOp
 void ZeroModel::init_weights(std::uint64_t seed) {
   if (stage_ <= 2) {
     init_gpt2_weights(layout(), config().num_layers, params_.data(), seed);
+    std::copy(own_params(), own_params() + host_master_.size(), host_master_.data());  // offload's master
     return;
   }
   // Every rank draws the whole model (the same values: the same seed) and keeps its shard.
@@ -61,7 +69,12 @@ void ZeroModel::init_weights(std::uint64_t seed) {
 
 void ZeroModel::set_master_params(const float* values) {
   std::copy(values, values + shards_.size(), own_params());
+  std::copy(values, values + host_master_.size(), host_master_.data());
   if (stage_ <= 2) all_gather_params();
+}
+
+void ZeroModel::copy_master_in() {
+  if (offload_) std::copy(host_master_.begin(), host_master_.end(), own_params());
 }
 
 void ZeroModel::all_gather_params() {
@@ -73,6 +86,7 @@ void ZeroModel::all_gather_params() {
 
 void ZeroModel::zero_grad() {
   std::fill(grads_.begin(), grads_.end(), 0.0f);
+  std::fill(host_grads_.begin(), host_grads_.end(), 0.0f);
   first_contribution_ = true;
 }
 
