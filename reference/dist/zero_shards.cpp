@@ -27,6 +27,21 @@ ZeroShards::ZeroShards(const GPTConfig& config, int rank, int ranks) : rank_(ran
     at = next;
   }
   add("ln_f", -1, lnf, layout.num_params());
+  // Every piece must lie inside its rank's shard: the reduce-scatter delivers piece r to rank r,
+  // which adds it into its shard, and the all-gather sends it from there. A cut that disagrees
+  // with the shards would write outside them; stop here instead, naming the unit.
+  for (const ZeroUnit& u : units_) {
+    SCALELAB_CHECK(u.pieces.parts() == ranks && u.pieces.count() == u.size(), "the pieces of ", u.name, " cover ",
+                   u.pieces.count(), " elements in ", u.pieces.parts(), " parts; the unit has ", u.size(), " over ",
+                   ranks, " ranks (Pieces::of_range)");
+    for (int r = 0; r < ranks; ++r) {
+      const std::size_t begin = u.begin + u.pieces.offset(r), end = begin + u.pieces.size(r);
+      const std::size_t shard_begin = partition_.offset(r), shard_end = shard_begin + partition_.size(r);
+      SCALELAB_CHECK(begin == end || (shard_begin <= begin && end <= shard_end), "rank ", r, "'s piece of ", u.name,
+                     " is [", begin, ", ", end, ") of the flat buffer, outside its shard [", shard_begin, ", ",
+                     shard_end, ") (Pieces::of_range)");
+    }
+  }
 }
 
 const ZeroUnit* ZeroShards::unit_starting_at(std::size_t offset) const {
