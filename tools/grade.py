@@ -564,7 +564,8 @@ def unexpected_losses(outcomes: list[Outcome], function: str, keep: list[str] = 
             continue
         if covers and kept(o):
             if not o.passed:
-                problems.append(f"{o.test.name} {o.status} although this mistake is expected to keep it (--expect-keep)")
+                problems.append(f"{o.test.name} {o.status} although this mistake is expected to keep it "
+                                "(--expect-keep)")
         elif covers and o.passed:
             problems.append(f"{o.test.name} passed although it covers {function}")
         elif not covers and not o.passed:
@@ -668,15 +669,19 @@ CONFIGURE_STAMP = ".grade-configure.json"
 
 
 def configure_stamp(source: Path, configure: list[str], cmake_defs: dict[str, str]) -> dict:
-    """What a configure step's result depends on beyond the files CMake itself watches: the
-    command line, the lab folders, and which files each lab folder it is pointed at holds (a
-    student file is compiled in place of the reference's when it exists)."""
+    """What a configure step's result depends on beyond the files CMake itself watches (its list
+    files and the CONFIGURE_DEPENDS globs): the command line, the lab folders, the folders of
+    tests/, and which files each lab folder it is pointed at holds (a student file is compiled in
+    place of the reference's when it exists)."""
     files = {}
     for key, value in sorted(cmake_defs.items()):
         if key.startswith("SCALELAB_LAB_DIR_") and Path(value).is_dir():
             files[key] = sorted(p.relative_to(value).as_posix() for p in Path(value).rglob("*") if p.is_file())
     labs = sorted(p.name for p in (source / "labs").glob("[0-9][0-9]-*"))
-    return {"command": configure, "lab_dirs": labs, "files": files}
+    # tests/CMakeLists.txt adds every folder of tests/ it finds, without CONFIGURE_DEPENDS.
+    tests = source / "tests"
+    test_dirs = sorted(p.name for p in tests.iterdir() if p.is_dir()) if tests.is_dir() else []
+    return {"command": configure, "lab_dirs": labs, "test_dirs": test_dirs, "files": files}
 
 
 def configured_alike(build_dir: Path, stamp: dict) -> bool:
@@ -689,7 +694,8 @@ def configured_alike(build_dir: Path, stamp: dict) -> bool:
         cache_mtime = (build_dir / "CMakeCache.txt").stat().st_mtime_ns
     except (OSError, ValueError):
         return False
-    return old.get("stamp") == stamp and old.get("cache_mtime_ns") == cache_mtime and bool(executable_targets(build_dir))
+    return (old.get("stamp") == stamp and old.get("cache_mtime_ns") == cache_mtime
+            and bool(executable_targets(build_dir)))
 
 
 def build(source: Path, build_dir: Path, cmake_defs: dict[str, str], cmake_args: list[str], targets: list[str],
