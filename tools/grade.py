@@ -593,17 +593,33 @@ def point_to_narrower_failures(outcomes: list[Outcome]) -> None:
         o.hint = f"start with {narrower[0].test.name}; {o.hint}"
 
 
-def unexpected_losses(outcomes: list[Outcome], function: str) -> list[str]:
-    """For --expect-lose: the tests that cover `function` must fail and every other test pass."""
+def unexpected_losses(outcomes: list[Outcome], function: str, keep: list[str] = ()) -> list[str]:
+    """For --expect-lose: the tests that cover `function` must fail and every other test pass.
+    keep (--expect-keep): names or name prefixes of tests that cover `function` but that this
+    particular mistake cannot reach (a memory test, for a wrong sum): they must pass. At least one
+    test must fail, or the mistake proved nothing."""
     problems = []
+    kept = lambda o: any(o.test.name.startswith(k) for k in keep)  # noqa: E731
+    for k in keep:
+        matched = [o for o in outcomes if o.test.name.startswith(k)]
+        if not matched:
+            problems.append(f"--expect-keep {k} matches no graded test")
+        problems += [f"--expect-keep {k}: {o.test.name} does not cover {function} (it must pass anyway)"
+                     for o in matched if function not in o.test.covers]
     for o in outcomes:
         covers = function in o.test.covers
         if o.status.startswith("skipped"):
             continue
-        if covers and o.passed:
+        if covers and kept(o):
+            if not o.passed:
+                problems.append(f"{o.test.name} {o.status} although this mistake is expected to keep it "
+                                "(--expect-keep)")
+        elif covers and o.passed:
             problems.append(f"{o.test.name} passed although it covers {function}")
         elif not covers and not o.passed:
             problems.append(f"{o.test.name} {o.status} although it does not cover {function}")
+    if not problems and not any(not o.passed and not o.status.startswith("skipped") for o in outcomes):
+        problems.append("no test failed")
     return problems
 
 
@@ -697,6 +713,39 @@ class BuildResult:
     seconds: float
 
 
+CONFIGURE_STAMP = ".grade-configure.json"
+
+
+def configure_stamp(source: Path, configure: list[str], cmake_defs: dict[str, str]) -> dict:
+    """What a configure step's result depends on beyond the files CMake itself watches (its list
+    files and the CONFIGURE_DEPENDS globs): the command line, the lab folders, the folders of
+    tests/, and which files each lab folder it is pointed at holds (a student file is compiled in
+    place of the reference's when it exists)."""
+    files = {}
+    for key, value in sorted(cmake_defs.items()):
+        if key.startswith("SCALELAB_LAB_DIR_") and Path(value).is_dir():
+            files[key] = sorted(p.relative_to(value).as_posix() for p in Path(value).rglob("*") if p.is_file())
+    labs = sorted(p.name for p in (source / "labs").glob("[0-9][0-9]-*"))
+    # tests/CMakeLists.txt adds every folder of tests/ it finds, without CONFIGURE_DEPENDS.
+    tests = source / "tests"
+    test_dirs = sorted(p.name for p in tests.iterdir() if p.is_dir()) if tests.is_dir() else []
+    return {"command": configure, "lab_dirs": labs, "test_dirs": test_dirs, "files": files}
+
+
+def configured_alike(build_dir: Path, stamp: dict) -> bool:
+    """True when the last configure of build_dir was grade.py's with the same stamp and nothing has
+    rewritten CMakeCache.txt since (another cmake run, e.g. ci_labs.sh's skeleton build, does).
+    The files CMake reads (CMakeLists.txt, cmake/*.cmake) need no check: the build re-runs
+    CMake by itself when one of them changes."""
+    try:
+        old = json.loads((build_dir / CONFIGURE_STAMP).read_text(encoding="utf-8"))
+        cache_mtime = (build_dir / "CMakeCache.txt").stat().st_mtime_ns
+    except (OSError, ValueError):
+        return False
+    return (old.get("stamp") == stamp and old.get("cache_mtime_ns") == cache_mtime
+            and bool(executable_targets(build_dir)))
+
+
 def build(source: Path, build_dir: Path, cmake_defs: dict[str, str], cmake_args: list[str], targets: list[str],
           jobs: int, timeout: float) -> BuildResult:
     start = time.monotonic()
@@ -704,11 +753,19 @@ def build(source: Path, build_dir: Path, cmake_defs: dict[str, str], cmake_args:
     request_codemodel(build_dir)
     configure = ["cmake", "-S", str(source), "-B", str(build_dir)]
     configure += [f"-D{k}={v}" for k, v in cmake_defs.items()] + cmake_args
-    print(f"grade: configuring: {' '.join(configure)}", file=sys.stderr, flush=True)
-    run = run_capped(configure, timeout=timeout, keep_bytes=256 * 1024)
-    if run.returncode != 0:
-        why = "timed out" if run.timed_out else f"exit status {run.returncode}"
-        return BuildResult(False, f"CMake configure failed ({why}):\n{run.output}", {}, time.monotonic() - start)
+    stamp = configure_stamp(source, configure, cmake_defs)
+    if configured_alike(build_dir, stamp):
+        print("grade: not configuring again: same settings and files as this build directory's last configure",
+              file=sys.stderr, flush=True)
+    else:
+        print(f"grade: configuring: {' '.join(configure)}", file=sys.stderr, flush=True)
+        run = run_capped(configure, timeout=timeout, keep_bytes=256 * 1024)
+        if run.returncode != 0:
+            why = "timed out" if run.timed_out else f"exit status {run.returncode}"
+            (build_dir / CONFIGURE_STAMP).unlink(missing_ok=True)
+            return BuildResult(False, f"CMake configure failed ({why}):\n{run.output}", {}, time.monotonic() - start)
+        write_json_atomically(build_dir / CONFIGURE_STAMP,
+                              {"stamp": stamp, "cache_mtime_ns": (build_dir / "CMakeCache.txt").stat().st_mtime_ns})
     binaries = executable_targets(build_dir)
     wanted = [t for t in targets if t in binaries]
     if wanted:
@@ -779,6 +836,65 @@ def sync_tree(folder: Path, content: dict[Path, bytes]) -> None:
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
+
+
+# ----------------------------------------------------------------------------------------------
+# Which binaries a wrong solution can change (--skip-unlinked)
+
+def changed_files(lab: str, source: Path, stage: Path) -> list[str]:
+    """The staged lab files whose content differs from reference/: where a wrong solution made its
+    mistake (relative paths, e.g. dist/ddp.cpp)."""
+    changed = []
+    for p in sorted(stage.rglob("*")):
+        if p.is_file() and p.suffix in labgen.SOURCE_SUFFIXES | labgen.HEADER_SUFFIXES:  # not the handout
+            rel = p.relative_to(stage).as_posix()
+            ref = source / "reference" / rel
+            if not ref.is_file() or ref.read_bytes() != p.read_bytes():
+                changed.append(rel)
+    return changed
+
+
+def nm_symbols(path: Path, strong_only: bool) -> set[str] | None:
+    """Names of the symbols defined in an object file or executable (nm); strong_only: only the
+    strong ones (text, data, bss, read-only: types T D B R), which no other definition can replace.
+    None when nm fails."""
+    try:
+        out = subprocess.run(["nm", "--defined-only", str(path)], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    names = set()
+    for line in out.stdout.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and (not strong_only or parts[1] in "TDBR"):
+            names.add(parts[2])
+    return names
+
+
+def unlinked_binaries(build_dir: Path, lab: str, changed: list[str], binaries: dict[str, Path]) -> dict[str, str]:
+    """binary name -> why it cannot see the change: none of the objects compiled from the changed
+    files is linked into it. The library is static, so the linker takes an object only when the
+    binary needs one of its symbols, and then all of the object's strong symbols are in the
+    binary: a binary that has none of them does not contain the object. Anything unproven (an
+    object not found, one without strong symbols, nm failing) counts as linked."""
+    if not changed:
+        return {}
+    objects = []
+    for rel in changed:
+        found = sorted(build_dir.glob(f"**/scalelab.dir/**/student-lab{lab}/{rel}.o"))
+        if len(found) != 1:
+            return {}
+        syms = nm_symbols(found[0], strong_only=True)
+        if not syms:
+            return {}
+        objects.append(syms)
+    result = {}
+    for name, path in binaries.items():
+        syms = nm_symbols(path, strong_only=False)
+        if syms is not None and not any(o & syms for o in objects):
+            result[name] = f"{name} does not link {', '.join(changed)}"
+    return result
 
 
 # ----------------------------------------------------------------------------------------------
@@ -931,6 +1047,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--expect-lose", metavar="FUNCTION",
                    help="for CI, with a deliberately wrong solution: exit 1 unless exactly the tests that cover "
                         "FUNCTION (its \"functions\" or \"uses\" in tests/grading) failed")
+    p.add_argument("--expect-keep", metavar="TEST", action="append", default=[],
+                   help="with --expect-lose: a test (name or prefix) that covers FUNCTION but that this mistake cannot "
+                        "reach (a memory test, for a wrong sum): it must pass; repeatable")
+    p.add_argument("--skip-unlinked", action="store_true",
+                   help="for CI, with --expect-lose and --student-dir: do not run the tests whose binary does not link "
+                        "any file in which the submission differs from reference/ (they run the reference's code, "
+                        "which CI has graded full marks already); they show as 'skipped (unaffected)'")
     p.add_argument("--quiet", action="store_true", help="print only the table, not the hints")
     return p.parse_args(argv)
 
@@ -945,6 +1068,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.reference and args.student_dir:
         print("grade: --reference and --student-dir exclude each other", file=sys.stderr)
+        return 2
+    if args.skip_unlinked and not (args.expect_lose and args.student_dir and not args.no_build):
+        print("grade: --skip-unlinked needs --expect-lose and --student-dir (and a build)", file=sys.stderr)
+        return 2
+    if args.expect_keep and not args.expect_lose:
+        print("grade: --expect-keep needs --expect-lose", file=sys.stderr)
         return 2
     # One build directory per lab: switching labs then rebuilds only what changed since that
     # lab's last grading, not every file the other lab swapped.
@@ -974,6 +1103,7 @@ def main(argv: list[str] | None = None) -> int:
 
     build_failed: str | None = None
     binaries: dict[str, Path] = {}
+    unlinked: dict[str, str] = {}
     if args.no_build:
         bin_dir = (args.bin_dir or build_dir / "tests").resolve()
         binaries = {t.binary: bin_dir / t.binary for t in tests if (bin_dir / t.binary).exists()}
@@ -992,6 +1122,8 @@ def main(argv: list[str] | None = None) -> int:
             renames = {str(build_dir / f"student-lab{lab}") + os.sep: f"labs/{labgen.LAB_DIRS[lab]}/"}
             build_failed = compiler_errors(result.log, source, renames=renames)
         binaries = result.binaries
+        if args.skip_unlinked and result.ok:
+            unlinked = unlinked_binaries(build_dir, lab, changed_files(lab, source, stage), binaries)
 
     mpiexec = args.mpiexec or cmake_cache_value(build_dir, "MPIEXEC_EXECUTABLE") or shutil.which("mpiexec")
     where = WhereToLook(source)
@@ -1011,6 +1143,12 @@ def main(argv: list[str] | None = None) -> int:
                 outcomes.append(Outcome(test=t, status=status, score=0.0, hint=detail.split(" (")[0],
                                         details=detail))
                 print(f"[{n}/{len(tests)}] {t.name}: {status}", file=sys.stderr, flush=True)
+                continue
+            if t.binary in unlinked:
+                outcomes.append(Outcome(test=t, status="skipped (unaffected)", score=0.0, hint=unlinked[t.binary],
+                                        details=unlinked[t.binary] + ": it runs the reference's code."))
+                print(f"[{n}/{len(tests)}] {t.name}: skipped (unaffected: {unlinked[t.binary]})", file=sys.stderr,
+                      flush=True)
                 continue
             run_env = dict(env, **MPI_ENV) if t.ranks else env
             try:
@@ -1051,7 +1189,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     if args.expect_lose:
         problems = (["the build failed"] if build_failed is not None else []) + \
-            unexpected_losses(outcomes, args.expect_lose)
+            unexpected_losses(outcomes, args.expect_lose, args.expect_keep)
         if problems:
             print(f"grade: EXPECTED TO LOSE EXACTLY THE TESTS OF {args.expect_lose}, but: " + "; ".join(problems),
                   file=sys.stderr)

@@ -257,6 +257,37 @@ TEST_CASE("oracle: AdamW from fixed gradients matches torch.optim.AdamW", "[grad
   check_params(o, layout, params.data(), "adamw3.", "AdamW alone, 3 steps");
 }
 
+// The fixture's lr 1e-3 and weight decay 0.1 cannot tell the order of decay and update apart:
+// decaying after the update instead of before moves each parameter by lr * wd * (its update),
+// about 1e-7, below the tolerance above. At lr 0.1 and weight decay 0.5 the order moves it by
+// 5e-3. With a constant gradient g, both bias-corrected moments are exact after every step
+// (m_hat = g, v_hat = g^2), so step t is, in closed form (double here):
+//     p <- p * (1 - lr * wd) - lr * g / (|g| + eps)
+TEST_CASE("AdamW: weight decay before the update, at a learning rate where the order shows", "[graded][oracle_adamw]") {
+  AdamWConfig config;
+  config.lr = 0.1;
+  config.weight_decay = 0.5;
+  const std::vector<float> start = {1.0f, -2.0f, 0.5f, 3.0f, -0.25f};
+  const std::vector<float> grads = {0.3f, -0.2f, 0.0f, 1.5f, 0.01f};
+  std::vector<float> params = start;
+  std::vector<double> decay_first(start.begin(), start.end()), decay_after(start.begin(), start.end());
+  AdamW opt(params.size(), config, nullptr);
+  const double lr = config.lr, decay = 1.0 - config.lr * config.weight_decay;
+  for (int step = 1; step <= 2; ++step) {
+    opt.step(params.data(), grads.data());
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const double g = grads[i], update = lr * g / (std::fabs(g) + config.eps);
+      decay_first[i] = decay_first[i] * decay - update;
+      decay_after[i] = (decay_after[i] - update) * decay;
+      INFO("step " << step << ", element " << i << " (start " << start[i] << ", gradient " << g << "): got "
+                   << params[i] << ", expected p * (1 - lr * wd) - lr * m_hat / (sqrt(v_hat) + eps) = "
+                   << decay_first[i] << " (decay applied after the update would give " << decay_after[i]
+                   << "); lr 0.1, weight_decay 0.5");
+      CHECK(std::fabs(params[i] - decay_first[i]) <= 1e-6 * std::fmax(1.0, std::fabs(decay_first[i])));
+    }
+  }
+}
+
 TEST_CASE("oracle: three training steps (forward, backward, AdamW) match PyTorch", "[graded][oracle][oracle_train]") {
   const Oracle o;
   GPT model(o.config, nullptr);

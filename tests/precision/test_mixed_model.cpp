@@ -273,6 +273,11 @@ TEST_CASE("the chunked mixed step equals the fp32 step on the same gradients", "
     CHECK_MATCH(compare_bitwise("master weights vs the fp32 step", mixed.master_params(), fp32.master_params(),
                                 mixed.num_params()));
     CHECK_MATCH(compare_bitwise("Adam v vs the fp32 step", a1.v(), a2.v(), mixed.num_params()));
+    // The step ends by rounding the updated master weights: the parameters the next forward uses.
+    std::vector<std::uint16_t> rounded(mixed.num_params());
+    float_to_half(rounded.data(), mixed.master_params(), mixed.num_params(), HalfFormat::kBF16);
+    CHECK_MATCH(compare_bitwise("half parameters vs the rounded master weights after the step", mixed.half_params(),
+                                rounded.data(), mixed.num_params()));
   }
 }
 
