@@ -111,8 +111,9 @@ std::string flight_report(const FlightBoard& board, const FlightEntry& waiting, 
   std::string waiters;
   for (const Member& m : members) {
     if (!m.entry) continue;
-    const bool in_it = number > 0 ? m.entry->collectives.load(kRelaxed) >= number && !blocked_where(*m.page, now_ns).empty()
-                                  : m.world_rank == board.world_rank();
+    const bool in_it = number > 0
+                           ? m.entry->collectives.load(kRelaxed) >= number && !blocked_where(*m.page, now_ns).empty()
+                           : m.world_rank == board.world_rank();
     if (in_it) waiters += (waiters.empty() ? "rank " : ", rank ") + std::to_string(m.world_rank);
   }
 
@@ -128,8 +129,8 @@ std::string flight_report(const FlightBoard& board, const FlightEntry& waiting, 
     if (number > 0 && e.collectives.load(kRelaxed) < number) {
       const FlightRecord* last = last_collective(e);
       line = who(m, waiting) + " is behind: its last collective there is " +
-             (last ? describe_record(*last, now_ns) : std::string("none")) + "; it never called " +
-             comm_op_name(op) + " #" + std::to_string(number) + ", which " + waiters + " wait" +
+             (last ? describe_record(*last, now_ns) : std::string("none")) + "; it never called " + comm_op_name(op) +
+             " #" + std::to_string(number) + ", which " + waiters + " wait" +
              (waiters.find(',') == std::string::npos ? "s" : "") + " in";
     } else if (number == 0 && e.rank == peer && !me) {
       const std::vector<const FlightRecord*> all = records(e);
@@ -144,7 +145,8 @@ std::string flight_report(const FlightBoard& board, const FlightEntry& waiting, 
     line += "; " + (where.empty() ? std::string("it is in no communication call") : where);
     if (stale) {
       line += "; no sign of life for " + seconds(silent) + " (stopped, frozen or dead";
-      if (kill(m.page->pid, 0) != 0 && errno == ESRCH) line += ": its process " + std::to_string(m.page->pid) + " is gone";
+      if (kill(m.page->pid, 0) != 0 && errno == ESRCH)
+        line += ": its process " + std::to_string(m.page->pid) + " is gone";
       line += ")";
     }
     verdicts += "flight recorder: " + line + "\n";
@@ -154,19 +156,25 @@ std::string flight_report(const FlightBoard& board, const FlightEntry& waiting, 
       missing += "flight recorder: rank " + std::to_string(j) + " of '" + name +
                  "' left no record (it runs on another machine, or never called anything on it)\n";
 
-  std::string out = verdicts.empty()
-                        ? "flight recorder: no rank of '" + name + "' is behind or silent; the ranks may have called "
-                                                                   "different collectives, or one is very slow\n"
-                        : verdicts;
+  std::string out = verdicts.empty() ? "flight recorder: no rank of '" + name +
+                                           "' is behind or silent; the ranks may have called "
+                                           "different collectives, or one is very slow\n"
+                                     : verdicts;
   out += missing;
   if (!board.note().empty()) out += "flight recorder: " + board.note() + "\n";
   out += "flight recorder: the last calls on '" + name + "', oldest first:\n";
   for (const Member& m : members) {
     if (!m.entry) continue;
     const std::vector<const FlightRecord*> all = records(*m.entry);
-    out += "  rank " + std::to_string(m.world_rank) + ":";
-    for (std::size_t i = all.size() > kListed ? all.size() - kListed : 0; i < all.size(); ++i)
-      out += " " + describe_record(*all[i], now_ns) + (i + 1 < all.size() ? ";" : "");
+    // Appended piece by piece: GCC 12 warns (-Wrestrict, a false positive) on " " + a temporary.
+    out += "  rank ";
+    out += std::to_string(m.world_rank);
+    out += ":";
+    for (std::size_t i = all.size() > kListed ? all.size() - kListed : 0; i < all.size(); ++i) {
+      out += ' ';
+      out += describe_record(*all[i], now_ns);
+      if (i + 1 < all.size()) out += ';';
+    }
     if (all.empty()) out += " none";
     out += "\n";
   }
