@@ -82,7 +82,8 @@ std::string describe_record(const FlightRecord& r, std::int64_t now_ns) {
   if (ended != 0)
     std::snprintf(when, sizeof when, ", done %.1f s ago)", static_cast<double>(now_ns - ended) * 1e-9);
   else
-    std::snprintf(when, sizeof when, ", not complete, posted %.1f s ago)", static_cast<double>(now_ns - started) * 1e-9);
+    std::snprintf(when, sizeof when, ", not complete, posted %.1f s ago)",
+                  static_cast<double>(now_ns - started) * 1e-9);
   return text + when;
 }
 

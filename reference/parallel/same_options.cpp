@@ -64,8 +64,9 @@ void check_same_options(Communicator& world, const TrainOptions& options) {
   // The first rank that differs says how, so that every rank gives the same message.
   const std::string how = broadcast_text(
       world, world.rank() == first ? differences(nlohmann::json::parse(root), mine) : std::string(), first);
-  throw ConfigError("options: rank " + std::to_string(first) + (count > 1 ? " (and " + std::to_string(count - 1) +
-                    " other rank(s))" : std::string()) + " was started with different options than rank 0: " + how +
+  throw ConfigError("options: rank " + std::to_string(first) +
+                    (count > 1 ? " (and " + std::to_string(count - 1) + " other rank(s))" : std::string()) +
+                    " was started with different options than rank 0: " + how +
                     "; start every rank with the same options (one command line for mpirun -np N)");
 }
 

@@ -113,8 +113,7 @@ TEST_CASE("flight report: names the rank that fell behind and the collective it 
   CHECK_THAT(report, Contains("  rank 1: all_reduce #1") && Contains("  rank 2: all_reduce #2"));
 }
 
-TEST_CASE("flight report: a rank stopped inside the collective, a missing rank, a receive never matched",
-          "[flight]") {
+TEST_CASE("flight report: a rank stopped inside the collective, a missing rank, a receive never matched", "[flight]") {
   auto boards = job_boards(3);
   const std::int64_t now = Watchdog::now_ns();
   for (auto& b : boards) b->heartbeat(now);
@@ -150,9 +149,10 @@ TEST_CASE("flight report: a rank stopped inside the collective, a missing rank, 
     e0.armed_at_ns = now - 6 * kSecond;
     const std::string report = flight_report(*boards[0], e0, now, 2.0);
     INFO(report);
-    CHECK_THAT(report, Contains("flight recorder: rank 1 (rank 1 of 2 on 'world/1:0') has not made the send that rank 0's "
-                                "recv from rank 1 waits for; its last call there is send to rank 0 (64 elements, "
-                                "call 1, done"));
+    CHECK_THAT(report,
+               Contains("flight recorder: rank 1 (rank 1 of 2 on 'world/1:0') has not made the send that rank 0's "
+                        "recv from rank 1 waits for; its last call there is send to rank 0 (64 elements, "
+                        "call 1, done"));
     CHECK_THAT(report, Contains("it is in no communication call"));
     CHECK_THAT(report, !Contains("no sign of life"));
   }
