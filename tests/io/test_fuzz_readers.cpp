@@ -32,8 +32,7 @@ using Reader = std::function<void(const std::string& path)>;
 // Runs reader on bytes written to path; returns "" if it accepted them or refused them properly,
 // else what went wrong. must_refuse: a file that cannot be valid (truncated, a wrong length), so
 // accepting it is wrong too.
-std::string verdict(const Reader& reader, const std::string& path, const std::string& bytes,
-                    bool must_refuse = false) {
+std::string verdict(const Reader& reader, const std::string& path, const std::string& bytes, bool must_refuse = false) {
   write_bytes(path, bytes);
   try {
     reader(path);
@@ -122,14 +121,23 @@ std::vector<Mutant> safetensors_mutants(const std::string& valid, const std::str
   const std::string json = header_json(valid);
   const std::string a = "\"" + tensor + "\"";
   const std::vector<std::pair<std::string, std::string>> edits = {
-      {"\"F32\"", "\"F64\""},        {"\"F32\"", "\"I32\""},       {"\"F32\"", "\"F8\""},
-      {"\"F32\"", "\"\""},           {"\"F32\"", "32"},            {"\"F32\"", "null"},
-      {"\"shape\":[", "\"shape\":[4611686018427387904,"},          {"\"shape\":[", "\"shape\":[-1,"},
-      {"\"shape\":[", "\"shape\":[0,"},                            {"\"shape\":[", "\"shape\":[\"a\","},
-      {"\"shape\":[", "\"shape\":[1.5,"},                          {"\"shape\"", "\"shapes\""},
+      {"\"F32\"", "\"F64\""},
+      {"\"F32\"", "\"I32\""},
+      {"\"F32\"", "\"F8\""},
+      {"\"F32\"", "\"\""},
+      {"\"F32\"", "32"},
+      {"\"F32\"", "null"},
+      {"\"shape\":[", "\"shape\":[4611686018427387904,"},
+      {"\"shape\":[", "\"shape\":[-1,"},
+      {"\"shape\":[", "\"shape\":[0,"},
+      {"\"shape\":[", "\"shape\":[\"a\","},
+      {"\"shape\":[", "\"shape\":[1.5,"},
+      {"\"shape\"", "\"shapes\""},
       {"\"data_offsets\":[", "\"data_offsets\":[18446744073709551615,"},
-      {"\"data_offsets\":[", "\"data_offsets\":[-8,"},             {"\"data_offsets\":[", "\"data_offsets\":[1,"},
-      {"\"data_offsets\":[", "\"data_offsets\":[0,0,"},            {"\"data_offsets\"", "\"offsets\""},
+      {"\"data_offsets\":[", "\"data_offsets\":[-8,"},
+      {"\"data_offsets\":[", "\"data_offsets\":[1,"},
+      {"\"data_offsets\":[", "\"data_offsets\":[0,0,"},
+      {"\"data_offsets\"", "\"offsets\""},
       {"\"data_offsets\":[", "\"data_offsets\":[9223372036854775807,"},
   };
   for (const auto& [from, to] : edits)
