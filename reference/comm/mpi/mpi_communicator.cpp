@@ -336,7 +336,9 @@ void MpiSession::abort_job(const std::string& message, int exit_code) {
 void MpiSession::watchdog_end_job(const std::string& message, int exit_code) {
   if (thread_multiple()) abort_job(message, exit_code);
   // Not allowed to call MPI from this thread: end this process alone. mpirun then ends the
-  // others (a rank that exits without MPI_Finalize ends the job), as other launchers do.
+  // others (a rank that exits without MPI_Finalize ends the job), as other launchers do. The
+  // one place in the library that ends the process: the watchdog's thread cannot throw to
+  // main(), and the main thread is stuck; _Exit runs no destructors that could block on MPI.
   std::fprintf(stderr,
                "scalelab: %s\nscalelab: (MPI gave no MPI_THREAD_MULTIPLE, so this rank ends alone; "
                "the launcher ends the others)\n",
