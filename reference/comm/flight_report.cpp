@@ -151,6 +151,15 @@ std::string flight_report(const FlightBoard& board, const FlightEntry& waiting, 
     }
     verdicts += "flight recorder: " + line + "\n";
   }
+  // Nobody behind or silent, yet the collective does not complete: a rank that posted it (a
+  // non-blocking call) but is in no communication call cannot make progress on it.
+  if (verdicts.empty() && number > 0)
+    for (const Member& m : members)
+      if (m.entry && m.world_rank != board.world_rank() && blocked_where(*m.page, now_ns).empty())
+        verdicts += "flight recorder: " + who(m, waiting) + " posted " + call_name(*stuck) +
+                    " but is in no communication call, so it cannot complete there (computing, or an endless "
+                    "loop), while " +
+                    waiters + " wait" + (waiters.find(',') == std::string::npos ? "s" : "") + " in it\n";
   for (std::size_t j = 0; j < members.size(); ++j)
     if (!members[j].entry)
       missing += "flight recorder: rank " + std::to_string(j) + " of '" + name +

@@ -12,7 +12,9 @@
 //                  number (for a send or receive: its peer never posted the matching call);
 //   no sign of life  its watchdog's heartbeat is older than a few ticks (SIGSTOP, a frozen
 //                  machine, a dead process);
-//   in no call     it is not blocked in any communication call (computing, or looping forever).
+//   in no call     it is not blocked in any communication call (computing, or looping forever);
+//                  when nobody is behind or silent, a rank that posted the collective (non-blocking)
+//                  but is in no call is named: it cannot make progress on it.
 #pragma once
 
 #include <cstdint>

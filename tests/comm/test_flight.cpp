@@ -128,6 +128,18 @@ TEST_CASE("flight report: a rank stopped inside the collective, a missing rank, 
                                 "all_reduce #3 on 'world' for 9.0 s; no sign of life for 9.0 s"));
     CHECK_THAT(report, !Contains("is behind"));
   }
+  SECTION("a rank that posted the collective but does not progress it (alive, in no call)") {
+    FlightEntry& waiting = collectives(*boards[0], "world", 0, 3, 2, true);
+    collectives(*boards[1], "world", 1, 3, 2, true);
+    FlightEntry& busy = collectives(*boards[2], "world", 2, 3, 2, true);
+    busy.armed_at_ns = 0;  // posted #3 (non-blocking), then went off computing
+    const std::string report = flight_report(*boards[0], waiting, now, 2.0);
+    INFO(report);
+    CHECK_THAT(report, Contains("flight recorder: rank 2 (rank 2 of 3 on 'world') posted all_reduce #3 but is in no "
+                                "communication call, so it cannot complete there (computing, or an endless loop), "
+                                "while rank 0, rank 1 wait in it"));
+    CHECK_THAT(report, !Contains("rank 1 (rank 1 of 3 on 'world') posted"));
+  }
   SECTION("a rank with no record of the communicator") {
     FlightEntry& waiting = collectives(*boards[0], "world/0:0", 0, 3, 1, true);
     collectives(*boards[2], "world/0:0", 2, 3, 1, true);
