@@ -26,10 +26,11 @@ TEST_CASE("ranks started with different options all fail with one message naming
   if (world.rank() == 1 || world.rank() == last) o.seed = 99;
   const std::string others = world.size() > 2 ? " (and 1 other rank(s))" : "";
   CHECK_THROWS_MATCHES(check_same_options(world, o), ConfigError,
-                       Catch::Message("options: rank 1" + others +
-                                      " was started with different options than rank 0: parallel.tp is 2 there and 1 on "
-                                      "rank 0, seed is 99 there and 1337 on rank 0; start every rank with the same "
-                                      "options (one command line for mpirun -np N)"));
+                       Catch::Message(
+                           "options: rank 1" + others +
+                           " was started with different options than rank 0: parallel.tp is 2 there and 1 on "
+                           "rank 0, seed is 99 there and 1337 on rank 0; start every rank with the same "
+                           "options (one command line for mpirun -np N)"));
   // The communicator still works afterwards: every rank left the check at the same point.
   int one = 1;
   world.all_reduce(&one, 1);
