@@ -27,6 +27,7 @@ import dataclasses
 import hashlib
 import hmac
 import json
+import math
 import os
 import re
 import secrets
@@ -88,6 +89,56 @@ class GradedTest:
 VISIBILITIES = {"visible", "hidden", "after_due_date", "after_published"}
 
 
+def parse_test(e: object, where: str, default_visibility: str, source: str) -> GradedTest:
+    """One entry of a test list, every field checked for its type and range: a list written by
+    hand (or damaged) gets one GradingError naming the file, the entry and the field."""
+    if not isinstance(e, dict):
+        raise GradingError(f"{where}: each test must be a JSON object (see tests/grading/README.md)")
+    missing = [k for k in ("name", "lab", "points", "timeout", "binary", "spec") if k not in e]
+    if missing:
+        raise GradingError(f"{where}: missing {', '.join(missing)} (see tests/grading/README.md)")
+
+    def bad(key: str, wanted: str) -> GradingError:
+        return GradingError(f"{where}: {key} must be {wanted}, got {json.dumps(e[key])[:60]}")
+
+    def text(key: str, allow_empty: bool = False) -> str:
+        value = e.get(key, "")
+        if not isinstance(value, str) or not (value or allow_empty):
+            raise bad(key, "a string" if allow_empty else "a non-empty string")
+        return value
+
+    def number(key: str) -> float:
+        value = e[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise GradingError(f"{where}: points and timeout must be numbers, got {key} = {json.dumps(value)[:60]}")
+        return float(value)
+
+    def strings(key: str) -> list[str]:
+        value = e.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+            raise bad(key, "a list of strings")
+        return list(value)
+
+    lab = e["lab"]
+    if isinstance(lab, bool) or not isinstance(lab, (str, int)) or not re.fullmatch(r"\d{1,2}", str(lab)):
+        raise bad("lab", 'a lab number such as "05"')
+    points, timeout = number("points"), number("timeout")
+    if points < 0 or timeout <= 0:
+        raise GradingError(f"{where}: points must be >= 0 and timeout > 0")
+    ranks = e.get("ranks", 0)
+    if ranks is None:
+        ranks = 0
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 0:
+        raise bad("ranks", "a whole number of MPI ranks (0 or absent: no mpiexec)")
+    visibility = e.get("visibility", default_visibility)
+    if not isinstance(visibility, str) or visibility not in VISIBILITIES:
+        raise GradingError(f"{where}: visibility must be one of {sorted(VISIBILITIES)}")
+    return GradedTest(name=text("name"), lab=str(lab).zfill(2), points=points, timeout=timeout,
+                      binary=text("binary"), spec=text("spec"), ranks=ranks, labels=strings("labels"),
+                      functions=strings("functions"), uses=strings("uses"), hint=text("hint", allow_empty=True),
+                      visibility=visibility, source=source)
+
+
 def load_tests(dirs: list[Path], hidden_dirs: list[Path] = ()) -> list[GradedTest]:
     """Every graded test in *.json of dirs (visible) and hidden_dirs (default after_published)."""
     tests: list[GradedTest] = []
@@ -103,28 +154,10 @@ def load_tests(dirs: list[Path], hidden_dirs: list[Path] = ()) -> list[GradedTes
                 raise GradingError(f"{path}: expected an object with a \"tests\" list (see tests/grading/README.md)")
             for i, e in enumerate(entries):
                 where = f"{path}: tests[{i}]"
-                missing = [k for k in ("name", "lab", "points", "timeout", "binary", "spec") if k not in e]
-                if missing:
-                    raise GradingError(f"{where}: missing {', '.join(missing)} (see tests/grading/README.md)")
-                if e["name"] in seen:
-                    raise GradingError(f"{where}: test name {e['name']!r} is also used in {seen[e['name']]}")
-                seen[e["name"]] = str(path)
-                lab = str(e["lab"]).zfill(2)
-                try:
-                    points, timeout = float(e["points"]), float(e["timeout"])
-                except (TypeError, ValueError) as err:
-                    raise GradingError(f"{where}: points and timeout must be numbers") from err
-                if points < 0 or timeout <= 0:
-                    raise GradingError(f"{where}: points must be >= 0 and timeout > 0")
-                visibility = e.get("visibility", default_visibility)
-                if visibility not in VISIBILITIES:
-                    raise GradingError(f"{where}: visibility must be one of {sorted(VISIBILITIES)}")
-                tests.append(GradedTest(
-                    name=e["name"], lab=lab, points=points, timeout=timeout, binary=e["binary"], spec=e["spec"],
-                    ranks=int(e.get("ranks", 0) or 0), labels=list(e.get("labels", [])),
-                    functions=list(e.get("functions", [])), uses=list(e.get("uses", [])),
-                    hint=e.get("hint", ""), visibility=visibility,
-                    source=str(path)))
+                tests.append(parse_test(e, where, default_visibility, str(path)))
+                if tests[-1].name in seen:
+                    raise GradingError(f"{where}: test name {tests[-1].name!r} is also used in {seen[tests[-1].name]}")
+                seen[tests[-1].name] = str(path)
     return tests
 
 

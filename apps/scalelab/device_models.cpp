@@ -50,18 +50,19 @@ cudaStream_t model_stream(TrainModel& model) {
 // --backend nccl: an NCCL communicator over host's ranks (the unique id travels over host),
 // one GPU per rank, ordered after the model's stream so a bucket's all-reduce starts once its
 // gradients are written. Without NCCL, require_nccl_backend() refused before anything started.
-std::unique_ptr<Communicator> make_nccl_gradient_communicator(Communicator& host, cudaStream_t stream) {
+std::unique_ptr<Communicator> make_nccl_gradient_communicator(Communicator& host, cudaStream_t stream,
+                                                              double timeout_seconds) {
 #ifdef SCALELAB_HAVE_NCCL
   cuda::NcclOptions options;
   options.order_after = stream;
-  options.timeout_seconds = CommOptions{}.timeout_seconds;  // the world's limit (cmd_train.cpp)
+  options.timeout_seconds = timeout_seconds;  // the world's limit (--comm-timeout)
 #ifdef SCALELAB_HAVE_MPI
   // A call stuck inside NCCL's host code ends every rank at once, as the MPI watchdog does.
-  if (host.size() > 1) options.on_hang = [](const std::string& message) { MpiSession::abort_job(message, 3); };
+  if (host.size() > 1) options.on_hang = [](const std::string& message) { MpiSession::watchdog_end_job(message, 3); };
 #endif
   return cuda::make_nccl_communicator(host, options);
 #else
-  (void)host, (void)stream;
+  (void)host, (void)stream, (void)timeout_seconds;
   nccl_not_built();
 #endif
 }
@@ -78,23 +79,23 @@ void require_nccl_backend(const std::string& device) {
 }
 
 std::unique_ptr<Communicator> gradient_communicator_for(const std::string& device, bool nccl, Communicator& host,
-                                                        TrainModel& model) {
+                                                        TrainModel& model, double timeout_seconds) {
   if (device != "cuda") return nullptr;
 #ifdef SCALELAB_HAVE_CUDA
   const cudaStream_t stream = model_stream(model);
-  if (nccl) return make_nccl_gradient_communicator(host, stream);
+  if (nccl) return make_nccl_gradient_communicator(host, stream, timeout_seconds);
   return std::make_unique<cuda::HostStagingCommunicator>(host, stream);
 #else
-  (void)nccl, (void)host, (void)model;
+  (void)nccl, (void)host, (void)model, (void)timeout_seconds;
   require_cuda();  // throws: no GPU models in this build
   return nullptr;
 #endif
 }
 
-GradCommFactory gradient_communicator_factory(const std::string& device, bool nccl) {
+GradCommFactory gradient_communicator_factory(const std::string& device, bool nccl, double timeout_seconds) {
   if (device != "cuda") return {};
-  return [device, nccl](Communicator& host, TrainModel& model) {
-    return gradient_communicator_for(device, nccl, host, model);
+  return [device, nccl, timeout_seconds](Communicator& host, TrainModel& model) {
+    return gradient_communicator_for(device, nccl, host, model, timeout_seconds);
   };
 }
 

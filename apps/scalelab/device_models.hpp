@@ -18,10 +18,11 @@ TrainModelFactory model_factory_for(const std::string& device);
 // Stage 04: the communicator DDP all-reduces the model's gradients through. cpu: none (null; the
 // host communicator serves). cuda: NCCL when nccl is set, else the host-staging adapter over
 // `host` (kernels/dist), which copies on the model's stream. Either spans host's ranks.
+// timeout_seconds: NCCL's limit on a stuck call (--comm-timeout; 0: none).
 std::unique_ptr<Communicator> gradient_communicator_for(const std::string& device, bool nccl, Communicator& host,
-                                                        TrainModel& model);
+                                                        TrainModel& model, double timeout_seconds);
 // The same as a factory for the DDP strategy (dist/ddp_strategy.hpp): empty for cpu.
-GradCommFactory gradient_communicator_factory(const std::string& device, bool nccl);
+GradCommFactory gradient_communicator_factory(const std::string& device, bool nccl, double timeout_seconds);
 // --backend nccl: throws ConfigError unless the device is cuda and this build has NCCL. Called
 // before MPI starts, so every rank fails alike with one message.
 void require_nccl_backend(const std::string& device);

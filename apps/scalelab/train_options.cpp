@@ -109,6 +109,9 @@ void add_train_flags(CLI::App* cmd, TrainFlags& f, bool parallel) {
   add(cmd->add_option(
       "--backend", p.backend,
       "auto (mpi under mpirun, else local), local, mpi or nccl (--device cuda: GPU gradients over NCCL)"));
+  add(cmd->add_option("--comm-timeout", p.comm_timeout,
+                      "Seconds a communication call may wait before the job ends and the ranks that fell behind "
+                      "are named (0: never)"));
   add(cmd->add_option("--trace", p.trace,
                       "Write the last step's timeline (Chrome trace) here: one file, every rank a track"));
 }

@@ -13,6 +13,7 @@
 #include "device_models.hpp"
 #include "dist/timeline.hpp"
 #include "model/params.hpp"
+#include "parallel/same_options.hpp"
 #include "parallel/strategy_factory.hpp"
 #include "train/metrics.hpp"
 
@@ -32,8 +33,9 @@ Backend runtime_backend(const std::string& backend) {
 
 void run_training_job(const TrainOptions& options, RunOutput out) {
   if (options.parallel.backend == "nccl") require_nccl_backend(options.device);  // before MPI starts
-  CommRuntime runtime(runtime_backend(options.parallel.backend), CommOptions{});
+  CommRuntime runtime(runtime_backend(options.parallel.backend), CommOptions{options.parallel.comm_timeout});
   const int status = runtime.run([&](Communicator& world) {
+    check_same_options(world, options);  // before any rank builds a grid from its own options
     out.progress = out.progress && world.rank() == 0;
     TrainOptions mine = options;
     if (world.rank() != 0) mine.metrics = "";  // rank 0 writes the metrics; the strategy decides the rest
@@ -45,7 +47,8 @@ void run_training_job(const TrainOptions& options, RunOutput out) {
 
 RunSummary run_training(const TrainOptions& options, const RunOutput& out, Communicator* world) {
   MemoryTracker tracker;
-  const GradCommFactory grad_comm = gradient_communicator_factory(options.device, options.parallel.backend == "nccl");
+  const GradCommFactory grad_comm = gradient_communicator_factory(options.device, options.parallel.backend == "nccl",
+                                                                  options.parallel.comm_timeout);
   Trainer trainer(options, &tracker, model_factory_for(options.device), make_strategy_factory(world, grad_comm));
   const bool parallel = !options.parallel.single_device() || (world && world->size() > 1);
   MetricsWriter metrics = options.metrics.empty() ? MetricsWriter() : MetricsWriter(options.metrics);

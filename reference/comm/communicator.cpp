@@ -8,6 +8,7 @@
 #include <exception>
 #include <limits>
 
+#include "comm/flight_recorder.hpp"
 #include "core/error.hpp"
 
 namespace scalelab {
@@ -38,6 +39,34 @@ class Counted {
 
 }  // namespace
 
+// A blocking call: recorded when it starts, marked complete when it returns (a call that throws
+// never completed), and watched by the watchdog meanwhile.
+class Communicator::Recorded {
+ public:
+  Recorded(Communicator& c, CommOp op, bool collective, std::size_t count, int peer)
+      : c_(c), call_(c.record_begin(op, collective, count, peer)), watch_(c.slot_.get(), op, peer, call_) {}
+  ~Recorded() {
+    if (std::uncaught_exceptions() == exceptions_) c_.record_end(call_);
+  }
+  Recorded(const Recorded&) = delete;
+  Recorded& operator=(const Recorded&) = delete;
+
+ private:
+  Communicator& c_;
+  std::uint64_t call_;
+  WatchScope watch_;
+  int exceptions_ = std::uncaught_exceptions();
+};
+
+std::uint64_t Communicator::record_begin(CommOp op, bool collective, std::size_t count, int peer) {
+  if (!slot_) return 0;
+  return FlightRecorder::begin(*slot_->entry, name_, rank_, size_, op, collective, count, peer);
+}
+
+void Communicator::record_end(std::uint64_t call) {
+  if (slot_) FlightRecorder::end(*slot_->entry, call);
+}
+
 Communicator::Communicator(int rank, int size, int world_rank, std::shared_ptr<Watchdog> watchdog)
     : rank_(rank), size_(size), world_rank_(world_rank), watchdog_(std::move(watchdog)) {
   SCALELAB_CHECK(size >= 1 && rank >= 0 && rank < size, "rank ", rank, " of ", size);
@@ -63,6 +92,7 @@ Request Communicator::isend(const void* buf, std::size_t count, DataType type, i
   SCALELAB_CHECK(tag >= 0 && tag <= kMaxTag, "isend: tag ", tag, " outside [0, ", kMaxTag, "]");
   Counted counted(stats_[CommOp::kSend], count * dtype_size(type), 0);
   Request request;
+  request.call_ = record_begin(CommOp::kSend, false, count, peer);
   request.state_ = do_isend(buf, count, type, peer, tag);
   request.op_ = CommOp::kSend;
   request.peer_ = peer;
@@ -75,6 +105,7 @@ Request Communicator::irecv(void* buf, std::size_t count, DataType type, int pee
   SCALELAB_CHECK(tag >= 0 && tag <= kMaxTag, "irecv: tag ", tag, " outside [0, ", kMaxTag, "]");
   Counted counted(stats_[CommOp::kRecv], 0, count * dtype_size(type));
   Request request;
+  request.call_ = record_begin(CommOp::kRecv, false, count, peer);
   request.state_ = do_irecv(buf, count, type, peer, tag);
   request.op_ = CommOp::kRecv;
   request.peer_ = peer;
@@ -85,9 +116,10 @@ void Communicator::wait(Request& request) {
   if (!request.state_) return;
   const auto t0 = Clock::now();
   {
-    WatchScope watch(slot_.get(), request.op_, request.peer_);
+    WatchScope watch(slot_.get(), request.op_, request.peer_, request.call_);
     request.state_->wait();
   }
+  record_end(request.call_);
   request.state_.reset();
   stats_[request.op_].seconds += seconds_since(t0);
 }
@@ -100,7 +132,10 @@ bool Communicator::test(Request& request) {
   if (!request.state_) return true;
   const auto t0 = Clock::now();
   const bool done = request.state_->test();
-  if (done) request.state_.reset();
+  if (done) {
+    record_end(request.call_);
+    request.state_.reset();
+  }
   stats_[request.op_].seconds += seconds_since(t0);
   return done;
 }
@@ -121,7 +156,7 @@ void Communicator::all_reduce(const void* send, void* recv, std::size_t count, D
   const RingTraffic t = ring_all_reduce_traffic(count, rank_, size_);
   const std::size_t e = dtype_size(type);
   Counted counted(stats_[CommOp::kAllReduce], t.sent * e, t.received * e);
-  WatchScope watch(slot_.get(), CommOp::kAllReduce, -1);
+  Recorded recorded(*this, CommOp::kAllReduce, true, count, -1);
   do_all_reduce(send, recv, count, type, op);
 }
 
@@ -132,6 +167,7 @@ Request Communicator::iall_reduce(const void* send, void* recv, std::size_t coun
   const std::size_t e = dtype_size(type);
   Counted counted(stats_[CommOp::kAllReduce], t.sent * e, t.received * e);
   Request request;
+  request.call_ = record_begin(CommOp::kAllReduce, true, count, -1);
   request.state_ = do_iall_reduce(send, recv, count, type, op);
   request.op_ = CommOp::kAllReduce;
   return request;
@@ -143,7 +179,7 @@ void Communicator::reduce_scatter(const void* send, void* recv, std::size_t coun
   const RingTraffic t = ring_reduce_scatter_traffic(count, rank_, size_);
   const std::size_t e = dtype_size(type);
   Counted counted(stats_[CommOp::kReduceScatter], t.sent * e, t.received * e);
-  WatchScope watch(slot_.get(), CommOp::kReduceScatter, -1);
+  Recorded recorded(*this, CommOp::kReduceScatter, true, count, -1);
   do_reduce_scatter(send, recv, count, type, op);
 }
 
@@ -153,7 +189,7 @@ void Communicator::all_gather(const void* send, void* recv, std::size_t count, D
   const RingTraffic t = ring_all_gather_traffic(count, rank_, size_);
   const std::size_t e = dtype_size(type);
   Counted counted(stats_[CommOp::kAllGather], t.sent * e, t.received * e);
-  WatchScope watch(slot_.get(), CommOp::kAllGather, -1);
+  Recorded recorded(*this, CommOp::kAllGather, true, count, -1);
   do_all_gather(send, recv, count, type);
 }
 
@@ -166,6 +202,7 @@ Request Communicator::ireduce_scatter_v(const void* send, void* recv, const Piec
   const std::size_t e = dtype_size(type);
   Counted counted(stats_[CommOp::kReduceScatter], t.sent * e, t.received * e);
   Request request;
+  request.call_ = record_begin(CommOp::kReduceScatter, true, pieces.count(), -1);
   request.state_ = do_ireduce_scatter_v(send, recv, pieces, type, op);
   request.op_ = CommOp::kReduceScatter;
   return request;
@@ -179,6 +216,7 @@ Request Communicator::iall_gather_v(const void* send, void* recv, const Pieces& 
   const std::size_t e = dtype_size(type);
   Counted counted(stats_[CommOp::kAllGather], t.sent * e, t.received * e);
   Request request;
+  request.call_ = record_begin(CommOp::kAllGather, true, pieces.count(), -1);
   request.state_ = do_iall_gather_v(send, recv, pieces, type);
   request.op_ = CommOp::kAllGather;
   return request;
@@ -211,21 +249,30 @@ void Communicator::broadcast(void* buf, std::size_t count, DataType type, int ro
   // A pipelined chain moves S bytes into every rank but the root: busbw factor 1 (nccl-tests).
   const std::size_t bytes = size_ > 1 ? count * dtype_size(type) : 0;
   Counted counted(stats_[CommOp::kBroadcast], rank_ == root ? bytes : 0, rank_ == root ? 0 : bytes);
-  WatchScope watch(slot_.get(), CommOp::kBroadcast, root);
+  Recorded recorded(*this, CommOp::kBroadcast, true, count, root);
   do_broadcast(buf, count, type, root);
 }
 
 void Communicator::barrier() {
   Counted counted(stats_[CommOp::kBarrier], 0, 0);
-  WatchScope watch(slot_.get(), CommOp::kBarrier, -1);
+  Recorded recorded(*this, CommOp::kBarrier, true, 0, -1);
   do_barrier();
 }
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key) {
   SCALELAB_CHECK(color >= 0, "split on rank ", rank_, ": color must be >= 0, got ", color);
   Counted counted(stats_[CommOp::kSplit], 0, 0);
-  WatchScope watch(slot_.get(), CommOp::kSplit, -1);
-  return do_split(color, key);
+  // Every rank of this communicator splits it as often, so the number is the same on all of
+  // them; with the color it names the child alike on each of its ranks, and differently from
+  // its siblings (the flight recorder matches ranks' records by this name).
+  const std::string child_name = name_ + "/" + std::to_string(splits_++) + ":" + std::to_string(color);
+  std::unique_ptr<Communicator> child;
+  {
+    Recorded recorded(*this, CommOp::kSplit, true, 0, -1);
+    child = do_split(color, key);
+  }
+  child->name_ = child_name;
+  return child;
 }
 
 }  // namespace scalelab

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -55,6 +56,7 @@ class Request {
   std::unique_ptr<RequestState> state_;
   CommOp op_ = CommOp::kSend;
   int peer_ = -1;
+  std::uint64_t call_ = 0;  // the flight recorder's number of the call (0: not recorded)
 };
 
 struct CommOptions {
@@ -100,7 +102,8 @@ class Communicator {
   void reduce_scatter_v(const void* send, void* recv, const Pieces& pieces, DataType type, ReduceOp op);
   void all_gather_v(const void* send, void* recv, const Pieces& pieces, DataType type);
   // Ranks passing the same color (>= 0) form a new communicator, ordered by key (ties by rank).
-  // Collective over this communicator. The result shares this one's watchdog.
+  // Collective over this communicator. The result shares this one's watchdog, and is named
+  // "<this name>/<split number>:<color>" (the same on every rank of it) for the flight recorder.
   std::unique_ptr<Communicator> split(int color, int key);
 
   // Typed shorthands for the common in-place forms.
@@ -117,7 +120,10 @@ class Communicator {
   const CommStats& stats() const { return stats_; }
   BlockPartition partition(std::size_t count) const { return {count, size_}; }
   // The watchdog slot of this communicator (null without a watchdog), for backends and tests.
+  // Its entry holds the flight recorder's last calls (comm/flight_recorder.hpp).
   Watchdog::Slot* watch_slot() const { return slot_.get(); }
+  // The flight recorder's name for this communicator: "world" for one not made by split().
+  const std::string& name() const { return name_; }
 
  protected:
   // world_rank names this rank in the watchdog's message; watchdog may be null.
@@ -146,6 +152,11 @@ class Communicator {
  private:
   void check_peer(int peer, const char* what) const;
   void check_buffer(const void* buf, std::size_t count, const char* what) const;
+  // The flight recorder around a call (nothing without a watchdog): begin returns the call's
+  // number, which end and the watchdog's slot take.
+  std::uint64_t record_begin(CommOp op, bool collective, std::size_t count, int peer);
+  void record_end(std::uint64_t call);
+  class Recorded;
 
   int rank_;
   int size_;
@@ -153,6 +164,8 @@ class Communicator {
   std::shared_ptr<Watchdog> watchdog_;
   std::shared_ptr<Watchdog::Slot> slot_;
   CommStats stats_;
+  std::string name_ = "world";
+  int splits_ = 0;  // split() calls so far: the next child's number in its name
 };
 
 }  // namespace scalelab

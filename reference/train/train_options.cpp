@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <cstdio>
 
 #include "core/error.hpp"
 #include "schedule/pipeline_schedule.hpp"
@@ -12,6 +14,11 @@ namespace scalelab {
 namespace {
 
 std::string str(long v) { return std::to_string(v); }
+std::string num(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", v);
+  return text;
+}
 
 bool one_of(const std::string& v, std::initializer_list<const char*> allowed) {
   return std::any_of(allowed.begin(), allowed.end(), [&v](const char* a) { return v == a; });
@@ -91,6 +98,10 @@ void validate_layout(const TrainOptions& o, const GPTConfig& c) {
   require(p.backend != "nccl" || o.device == "cuda", "backend",
           "nccl moves GPU memory, but the run uses --device " + o.device,
           "use --backend nccl with --device cuda, or --backend mpi for --device cpu");
+  // NaN or infinity would never expire, and a negative limit means nothing: refused by name.
+  require(std::isfinite(p.comm_timeout) && p.comm_timeout >= 0, "comm_timeout",
+          "must be a finite number of seconds >= 0, got " + num(p.comm_timeout),
+          "pass e.g. --comm-timeout 60 (0 turns the watchdog off)");
   require(p.ddp != "none" || p.dp <= 1, "ddp", "--ddp none, but --dp " + str(p.dp) + " asks for replicas",
           "use --ddp naive or bucketed, or --dp 1");
 }
@@ -198,7 +209,8 @@ nlohmann::json options_to_json(const TrainOptions& o) {
         {"bucket_mb", p.bucket_mb},
         {"first_bucket_mb", p.first_bucket_mb},
         {"backend", p.backend},
-        {"trace", p.trace}}},
+        {"trace", p.trace},
+        {"comm_timeout", p.comm_timeout}}},
       {"device", o.device},
       {"init_weights", o.init_weights},
       {"save_weights", o.save_weights},
@@ -298,7 +310,7 @@ TrainOptions options_from_json(const nlohmann::json& j) {
   const std::string pw = "the options' parallel";
   no_other_keys(p,
                 {"dp", "tp", "pp", "micro_batches", "schedule", "sequence_parallel", "zero", "offload", "reshard",
-                 "ddp", "allreduce", "bucket_mb", "first_bucket_mb", "backend", "trace"},
+                 "ddp", "allreduce", "bucket_mb", "first_bucket_mb", "backend", "trace", "comm_timeout"},
                 pw);
   ParallelOptions& q = o.parallel;
   read(p, "dp", q.dp, pw);
@@ -316,6 +328,7 @@ TrainOptions options_from_json(const nlohmann::json& j) {
   read(p, "first_bucket_mb", q.first_bucket_mb, pw);
   read(p, "backend", q.backend, pw);
   read(p, "trace", q.trace, pw);
+  read(p, "comm_timeout", q.comm_timeout, pw);
   return o;
 }
 

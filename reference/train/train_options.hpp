@@ -45,6 +45,11 @@ struct ParallelOptions {
   // NCCL; the ranks start and report over MPI).
   std::string backend = "auto";
   std::string trace;  // write each rank's timeline of the last step here (Chrome trace)
+  // Seconds a blocking communication call may wait before the watchdog ends the job and the
+  // flight recorder names the rank that fell behind (comm/watchdog.hpp); 0 turns it off. Long
+  // by default, since a slow first step (a large model, a cold cache) must not end a healthy
+  // run; a test or a short experiment lowers it to hear about a stuck rank in seconds.
+  double comm_timeout = 300;
 
   // True when nothing beyond one device is asked for (the trainer's default strategy serves).
   bool single_device() const {

@@ -1,10 +1,12 @@
 // A small multi-rank job for the fault tests: ranks all-reduce in a loop, and one rank fails on
 // purpose at step 3. run_fault_case.cmake launches it under mpiexec and checks that the whole
 // job ends non-zero within 30 s and that its output names the failed rank.
-//   comm_fault_job throw|kill|hang|grid [fail_rank]
+//   comm_fault_job throw|kill|hang|stop|grid [fail_rank]
 //     throw  the rank throws: CommRuntime::run reports it and calls MPI_Abort
 //     kill   the rank is killed (SIGKILL): mpirun notices and ends the job
 //     hang   the rank sleeps forever: the others' watchdog (5 s here) ends the job
+//     stop   the rank stops itself (SIGSTOP): the others' watchdog ends the job, and the flight
+//            recorder names the silent rank (comm/flight_report.hpp)
 //     grid   every rank builds a 2x2 grid on 3 ranks: the ConfigError ends the job
 #include <chrono>
 #include <csignal>
@@ -22,8 +24,8 @@ int main(int argc, char** argv) {
   using namespace scalelab;
   const std::string mode = argc > 1 ? argv[1] : "";
   const int fail_rank = argc > 2 ? std::stoi(argv[2]) : 1;
-  if (mode != "throw" && mode != "kill" && mode != "hang" && mode != "grid") {
-    std::fprintf(stderr, "usage: comm_fault_job throw|kill|hang|grid [fail_rank]\n");
+  if (mode != "throw" && mode != "kill" && mode != "hang" && mode != "stop" && mode != "grid") {
+    std::fprintf(stderr, "usage: comm_fault_job throw|kill|hang|stop|grid [fail_rank]\n");
     return 2;
   }
   try {
@@ -40,6 +42,7 @@ int main(int argc, char** argv) {
         if (world.rank() == fail_rank && step == 3) {
           if (mode == "throw") throw Error("deliberate failure at step " + std::to_string(step));
           if (mode == "kill") std::raise(SIGKILL);
+          if (mode == "stop") std::raise(SIGSTOP);
           if (mode == "hang")
             for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
         }

@@ -82,6 +82,9 @@ TEST_CASE("scalelab train refuses a bad parallel layout before reading any data"
       {"train --zero 3 --offload", "error: offload: --offload with --zero 3"},
       {"train --tp 3", "error: tp: --tp 3 does not divide the model's 4 heads"},
       {"train --backend nccl", "error: backend: nccl moves GPU memory, but the run uses --device cpu"},
+      {"train --comm-timeout -5",
+       "error: comm_timeout: must be a finite number of seconds >= 0, got -5; pass e.g. "
+       "--comm-timeout 60"},
       {"train --schedule gpipe", "error: schedule: --schedule gpipe needs a pipeline"},
       {"train --options-file /no/options.json", "error: options_file: cannot read '/no/options.json'"},
       {"train --options-file /no/options.json --steps 3",
@@ -109,7 +112,7 @@ TEST_CASE("scalelab train --options-file runs the options a file holds", "[cli]"
     "checkpoint":"sqrt","precision":"fp32",
     "parallel":{"dp":0,"tp":1,"pp":1,"micro_batches":0,"schedule":"1f1b",
                 "sequence_parallel":false,"zero":0,"offload":false,"reshard":false,"ddp":"auto","allreduce":"builtin",
-                "bucket_mb":25.0,"first_bucket_mb":1.0,"backend":"auto","trace":""},
+                "bucket_mb":25.0,"first_bucket_mb":1.0,"backend":"auto","trace":"","comm_timeout":300.0},
     "device":"cpu","init_weights":"","save_weights":"","save_checkpoint":"","resume":"","metrics":""})",
              f);
   std::fclose(f);

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -59,6 +60,7 @@ TrainOptions unusual_options(std::uint64_t seed) {
   o.parallel.first_bucket_mb = u(rng);
   o.parallel.backend = "mpi";
   o.parallel.trace = "out/t.json";
+  o.parallel.comm_timeout = 1 + u(rng) * 100;
   o.device = "cuda";
   o.init_weights = "a.safetensors";
   o.save_weights = "b.safetensors";
@@ -93,6 +95,7 @@ TEST_CASE("options round-trip through JSON bit for bit, every field", "[options]
     CHECK(b.model_config().name == a.model_config().name);
     CHECK(same_bits(a.parallel.bucket_mb, b.parallel.bucket_mb));
     CHECK(same_bits(a.parallel.first_bucket_mb, b.parallel.first_bucket_mb));
+    CHECK(same_bits(a.parallel.comm_timeout, b.parallel.comm_timeout));
     CHECK(a.seed == b.seed);
     CHECK(b.data == a.data);
     CHECK(b.checkpoint.describe() == "every:2");
@@ -182,6 +185,11 @@ TEST_CASE("each bad parallel layout gives one message naming the flags and the f
       {"nccl on the cpu", [](TrainOptions& o) { o.parallel.backend = "nccl"; }, 0,
        "backend: nccl moves GPU memory, but the run uses --device cpu"},
       {"bucket size", [](TrainOptions& o) { o.parallel.bucket_mb = 0; }, 0, "bucket_mb: bucket sizes must be positive"},
+      {"negative comm timeout", [](TrainOptions& o) { o.parallel.comm_timeout = -1; }, 0,
+       "comm_timeout: must be a finite number of seconds >= 0, got -1; pass e.g. --comm-timeout 60 (0 turns the "
+       "watchdog off)"},
+      {"comm timeout not a number", [](TrainOptions& o) { o.parallel.comm_timeout = std::nan(""); }, 0,
+       "comm_timeout: must be a finite number of seconds >= 0, got nan"},
       {"grid larger than the job",
        [](TrainOptions& o) {
          o.parallel.dp = 2;

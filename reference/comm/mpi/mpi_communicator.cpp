@@ -2,6 +2,7 @@
 // all-gather use the v-variants with BlockPartition's counts.
 #include "comm/mpi/mpi_communicator.hpp"
 
+#include <atomic>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -13,12 +14,25 @@
 
 namespace scalelab {
 
-void check_mpi(int rc, const char* call, const char* file, int line) {
-  if (rc == MPI_SUCCESS) return;
+namespace {
+std::string mpi_error_text(int rc) {
   char text[MPI_MAX_ERROR_STRING];
   int length = 0;
   if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS) std::snprintf(text, sizeof text, "error code %d", rc);
-  throw Error(detail::concat(file, ":", line, ": ", call, " failed on rank ", MpiSession::world_rank(), ": ", text));
+  return text;
+}
+}  // namespace
+
+void check_mpi(int rc, const char* call, const char* file, int line) {
+  if (rc == MPI_SUCCESS) return;
+  throw Error(detail::concat(file, ":", line, ": ", call, " failed on rank ", MpiSession::world_rank(), ": ",
+                             mpi_error_text(rc)));
+}
+
+void warn_mpi(int rc, const char* call, const char* file, int line) noexcept {
+  if (rc == MPI_SUCCESS) return;
+  std::fprintf(stderr, "scalelab: warning: %s:%d: %s failed on rank %d: %s\n", file, line, call,
+               MpiSession::world_rank(), mpi_error_text(rc).c_str());
 }
 
 MPI_Datatype mpi_datatype(DataType t) {
@@ -58,9 +72,9 @@ class MpiRequestState final : public RequestState {
     // Never waited on: wait, so that MPI stops using the buffer before its owner frees it. While
     // an exception unwinds the job is about to be aborted and the peer may never answer: release.
     if (std::uncaught_exceptions() > 0)
-      MPI_Request_free(&request);
+      SCALELAB_MPI_WARN(MPI_Request_free(&request));
     else
-      MPI_Wait(&request, MPI_STATUS_IGNORE);
+      SCALELAB_MPI_WARN(MPI_Wait(&request, MPI_STATUS_IGNORE));
   }
   void wait() override { SCALELAB_MPI_CHECK(MPI_Wait(&request, MPI_STATUS_IGNORE)); }
   bool test() override {
@@ -98,27 +112,29 @@ void block_layout(std::size_t count, int n, std::vector<int>& counts, std::vecto
 
 }  // namespace
 
+namespace {
+int comm_rank(MPI_Comm comm) {
+  int r = 0;
+  SCALELAB_MPI_CHECK(MPI_Comm_rank(comm, &r));
+  return r;
+}
+int comm_size(MPI_Comm comm) {
+  int s = 1;
+  SCALELAB_MPI_CHECK(MPI_Comm_size(comm, &s));
+  return s;
+}
+}  // namespace
+
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::shared_ptr<Watchdog> watchdog)
-    : Communicator(
-          [&] {
-            int r = 0;
-            MPI_Comm_rank(comm, &r);
-            return r;
-          }(),
-          [&] {
-            int s = 1;
-            MPI_Comm_size(comm, &s);
-            return s;
-          }(),
-          MpiSession::world_rank(), std::move(watchdog)),
-      comm_(comm) {
+    : Communicator(comm_rank(comm), comm_size(comm), MpiSession::world_rank(), std::move(watchdog)), comm_(comm) {
   SCALELAB_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
 }
 
 MpiCommunicator::~MpiCommunicator() {
+  // A destructor cannot throw: a failure here is reported, and the job goes on ending.
   int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized && comm_ != MPI_COMM_NULL && comm_ != MPI_COMM_WORLD) MPI_Comm_free(&comm_);
+  SCALELAB_MPI_WARN(MPI_Finalized(&finalized));
+  if (!finalized && comm_ != MPI_COMM_NULL && comm_ != MPI_COMM_WORLD) SCALELAB_MPI_WARN(MPI_Comm_free(&comm_));
 }
 
 std::unique_ptr<RequestState> MpiCommunicator::do_isend(const void* buf, std::size_t count, DataType type, int peer,
@@ -227,46 +243,87 @@ std::unique_ptr<Communicator> MpiCommunicator::do_split(int color, int key) {
 
 // ---- the session -------------------------------------------------------------------------------
 
+namespace {
+// Set once by the session, read by the watchdog thread when it fires.
+std::atomic<bool> g_thread_multiple{false};
+}  // namespace
+
 MpiSession::MpiSession() {
   int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (initialized) return;
-  // FUNNELED: only the main thread communicates; the watchdog thread only ever calls MPI_Abort.
-  int provided = 0;
-  SCALELAB_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
+  SCALELAB_MPI_CHECK(MPI_Initialized(&initialized));
+  if (initialized) {
+    int level = MPI_THREAD_SINGLE;
+    SCALELAB_MPI_CHECK(MPI_Query_thread(&level));
+    g_thread_multiple = level == MPI_THREAD_MULTIPLE;
+    return;
+  }
+  // The main thread makes every MPI call but one: when a call has waited too long, the
+  // watchdog's own thread calls MPI_Abort while the main thread is still blocked inside MPI. The
+  // standard allows two threads in MPI at once only at MPI_THREAD_MULTIPLE (FUNNELED and
+  // SERIALIZED do not), so ask for it, and check what MPI gave: without it the watchdog ends its
+  // own process instead (watchdog_end_job) and leaves the rest of the job to the launcher.
+  int provided = MPI_THREAD_SINGLE;
+  SCALELAB_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
   owns_mpi_ = true;
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  g_thread_multiple = provided == MPI_THREAD_MULTIPLE;
+  SCALELAB_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
 }
 
 MpiSession::~MpiSession() {
   int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (owns_mpi_ && !finalized) MPI_Finalize();
+  SCALELAB_MPI_WARN(MPI_Finalized(&finalized));
+  if (owns_mpi_ && !finalized) SCALELAB_MPI_WARN(MPI_Finalize());
 }
 
+bool MpiSession::thread_multiple() { return g_thread_multiple; }
+
 int MpiSession::world_rank() {
+  // Used inside check_mpi's own message, so it must not throw: -1 when MPI cannot tell.
   int initialized = 0;
-  MPI_Initialized(&initialized);
+  if (MPI_Initialized(&initialized) != MPI_SUCCESS) return -1;
   if (!initialized) return 0;
   int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  if (MPI_Comm_rank(MPI_COMM_WORLD, &r) != MPI_SUCCESS) return -1;
   return r;
 }
 
-int MpiSession::world_size() {
-  int s = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
+int MpiSession::world_size() { return comm_size(MPI_COMM_WORLD); }
+
+namespace {
+
+// The flight board over `comm` (collective): rank 0's directory name travels by broadcast.
+std::shared_ptr<FlightBoard> open_flight_board(MPI_Comm comm) {
+  const int rank = comm_rank(comm), size = comm_size(comm);
+  if (size == 1) return nullptr;  // one rank: the watchdog's private board serves
+  auto share = [&](const std::string& text) {
+    int length = static_cast<int>(text.size());
+    SCALELAB_MPI_CHECK(MPI_Bcast(&length, 1, MPI_INT, 0, comm));
+    std::string out = text;
+    out.resize(static_cast<std::size_t>(length));
+    SCALELAB_MPI_CHECK(MPI_Bcast(out.data(), length, MPI_CHAR, 0, comm));
+    return out;
+  };
+  auto barrier = [&] { SCALELAB_MPI_CHECK(MPI_Barrier(comm)); };
+  return FlightBoard::open_shared(rank, size, share, barrier);
 }
 
+}  // namespace
+
 std::unique_ptr<MpiCommunicator> MpiSession::world(const CommOptions& options) {
-  std::shared_ptr<Watchdog> watchdog;
-  if (options.timeout_seconds > 0)
-    watchdog = std::make_shared<Watchdog>(options.timeout_seconds,
-                                          [](const std::string& message) { abort_job(message, 3); });
   MPI_Comm dup = MPI_COMM_NULL;
   SCALELAB_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
-  return std::make_unique<MpiCommunicator>(dup, std::move(watchdog));
+  try {
+    SCALELAB_MPI_CHECK(MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN));
+    std::shared_ptr<Watchdog> watchdog;
+    if (options.timeout_seconds > 0)
+      watchdog = std::make_shared<Watchdog>(
+          options.timeout_seconds, [](const std::string& message) { watchdog_end_job(message, 3); },
+          open_flight_board(dup));
+    return std::make_unique<MpiCommunicator>(dup, std::move(watchdog));
+  } catch (...) {
+    SCALELAB_MPI_WARN(MPI_Comm_free(&dup));
+    throw;
+  }
 }
 
 void MpiSession::abort_job(const std::string& message, int exit_code) {
@@ -274,6 +331,20 @@ void MpiSession::abort_job(const std::string& message, int exit_code) {
   std::fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, exit_code);
   std::abort();  // MPI_Abort does not return; if it ever did, still end this process
+}
+
+void MpiSession::watchdog_end_job(const std::string& message, int exit_code) {
+  if (thread_multiple()) abort_job(message, exit_code);
+  // Not allowed to call MPI from this thread: end this process alone. mpirun then ends the
+  // others (a rank that exits without MPI_Finalize ends the job), as other launchers do. The
+  // one place in the library that ends the process: the watchdog's thread cannot throw to
+  // main(), and the main thread is stuck; _Exit runs no destructors that could block on MPI.
+  std::fprintf(stderr,
+               "scalelab: %s\nscalelab: (MPI gave no MPI_THREAD_MULTIPLE, so this rank ends alone; "
+               "the launcher ends the others)\n",
+               message.c_str());
+  std::fflush(stderr);
+  std::_Exit(exit_code);
 }
 
 }  // namespace scalelab

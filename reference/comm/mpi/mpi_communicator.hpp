@@ -15,6 +15,9 @@ namespace scalelab {
 // Throws scalelab::Error naming the call, file:line, world rank and MPI's own message.
 void check_mpi(int rc, const char* call, const char* file, int line);
 #define SCALELAB_MPI_CHECK(call) ::scalelab::check_mpi((call), #call, __FILE__, __LINE__)
+// The same message as a warning on stderr, for destructors, which must not throw.
+void warn_mpi(int rc, const char* call, const char* file, int line) noexcept;
+#define SCALELAB_MPI_WARN(call) ::scalelab::warn_mpi((call), #call, __FILE__, __LINE__)
 
 MPI_Datatype mpi_datatype(DataType t);
 MPI_Op mpi_op(ReduceOp op);
@@ -50,7 +53,9 @@ class MpiCommunicator final : public Communicator {
 };
 
 // MPI_Init on construction (unless MPI is already initialised: then this session owns nothing)
-// and MPI_Finalize on destruction. One per process, outliving every MpiCommunicator.
+// and MPI_Finalize on destruction. One per process, outliving every MpiCommunicator. It asks for
+// MPI_THREAD_MULTIPLE, because the watchdog's thread calls MPI_Abort while the main thread is
+// blocked in MPI; every other MPI call is made by the main thread.
 class MpiSession {
  public:
   MpiSession();
@@ -58,12 +63,20 @@ class MpiSession {
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
 
-  static int world_rank();
+  static int world_rank();  // -1 if MPI cannot say (never throws: check_mpi's messages use it)
   static int world_size();
-  // A duplicate of MPI_COMM_WORLD (so our messages never meet the caller's own MPI traffic).
+  // Whether MPI gave MPI_THREAD_MULTIPLE, so that the watchdog's thread may call MPI_Abort.
+  static bool thread_multiple();
+  // A duplicate of MPI_COMM_WORLD (so our messages never meet the caller's own MPI traffic),
+  // with the watchdog and, over several ranks, the job's flight board (comm/flight_board.hpp).
+  // Collective over MPI_COMM_WORLD.
   std::unique_ptr<MpiCommunicator> world(const CommOptions& options);
   // Prints "scalelab: <message>" to stderr and ends every rank of the job with MPI_Abort.
+  // Called from the main thread (or any thread under MPI_THREAD_MULTIPLE).
   [[noreturn]] static void abort_job(const std::string& message, int exit_code);
+  // The watchdog's way out, from its own thread: abort_job under MPI_THREAD_MULTIPLE, else the
+  // message and the end of this process alone (the launcher then ends the others).
+  [[noreturn]] static void watchdog_end_job(const std::string& message, int exit_code);
 
  private:
   bool owns_mpi_ = false;
