@@ -473,38 +473,39 @@ def watchdog_hang(output: str) -> str:
     return f"rank {m.group(1)}: {m.group(2)} did not complete within {m.group(3)} s" if m else ""
 
 
-def short_path(path: str) -> str:
-    """A source path from the repository root on: "labs/00-naive/x.cpp" for "/any/where/labs/00-naive/x.cpp"."""
-    for top in ("/labs/", "/reference/", "/tests/"):
-        if top in path:
-            return path[path.rfind(top) + 1:]
-    return path
-
-
-def sanitizer_report(output: str) -> tuple[str, str]:
+def sanitizer_report(output: str, renames: dict[str, str] | None = None) -> tuple[str, str]:
     """(what, where) of the first sanitizer error in the output, or ("", ""): what the sanitizer
-    found, and the first stack frame in the student's files (labs/), else the first frame."""
+    found, and the first stack frame in the student's files (labs/), else the first frame.
+    renames: as for compiler_errors, so that a staged submission's frames read as its lab folder."""
+    def shown(path: str) -> str:
+        for long, short in (renames or {}).items():
+            if path.startswith(long):
+                return short + path[len(long):]
+        return shorten_path(path)
+
     m = ASAN_RE.search(output)
     if m:
-        frames = FRAME_RE.findall(output[m.end():])
-        mine = [f for f in frames if "/labs/" in f[1]] or frames
+        frames = [(function, shown(path)) for function, path in FRAME_RE.findall(output[m.end():])]
+        mine = [f for f in frames if f[1].startswith("labs/")] or frames
         if not mine:
             return f"{m.group(1)}: {m.group(2)}", ""
         function, path = mine[0]
-        return f"{m.group(1)}: {m.group(2)}", f"{function.split('(')[0]} ({short_path(path)})"
+        return f"{m.group(1)}: {m.group(2)}", f"{function.split('(')[0]} ({path})"
     m = UBSAN_RE.search(output)
     if m:
-        return f"UndefinedBehaviorSanitizer: {m.group(3)}", f"{short_path(m.group(1))}:{m.group(2)}"
+        return f"UndefinedBehaviorSanitizer: {m.group(3)}", f"{shown(m.group(1))}:{m.group(2)}"
     return "", ""
 
 
-def judge(test: GradedTest, run: RunResult, where: WhereToLook, verdict: Verdict | None = None) -> Outcome:
+def judge(test: GradedTest, run: RunResult, where: WhereToLook, verdict: Verdict | None = None,
+          renames: dict[str, str] | None = None) -> Outcome:
     out = run.output
     # Catch2 wraps long messages at 80 columns: join the pieces of each stub message again.
     stubs = sorted(set(" ".join(m.group(0).split()) for m in STUB_RE.finditer(out)))
     failures = parse_failures(out)
     verdict = verdict or Verdict(False, "no verdict was read")
     hang = watchdog_hang(out)
+    sanitizer, sanitizer_at = sanitizer_report(out, renames)
     status, short, why = "failed", "", ""
     if run.timed_out or (hang and run.returncode != 0):
         # A hang, whether the communication watchdog ended the job or our time limit did.
@@ -531,7 +532,7 @@ def judge(test: GradedTest, run: RunResult, where: WhereToLook, verdict: Verdict
         status = f"crashed ({signal_name(int(m.group(1)))})"
     elif CATCH_SIGNAL_RE.search(out):
         status = f"crashed ({CATCH_SIGNAL_RE.search(out).group(1)})"
-    elif sanitizer_report(out)[0]:
+    elif sanitizer:
         status = "crashed (sanitizer)"
     elif run.returncode == 0 and verdict.ok:
         status = "passed"
@@ -549,9 +550,9 @@ def judge(test: GradedTest, run: RunResult, where: WhereToLook, verdict: Verdict
         short = f"no valid verdict: {verdict.problem}"
 
     if status == "crashed (sanitizer)":
-        what, at = sanitizer_report(out)
-        short = f"{what}" + (f" in {at}" if at else "")
-        why = (f"The sanitizer build stopped the test: {what}" + (f", in {at}" if at else "") + ". "
+        short = sanitizer + (f" in {sanitizer_at}" if sanitizer_at else "")
+        why = (f"The sanitizer build stopped the test: {sanitizer}" + (f", in {sanitizer_at}" if sanitizer_at else "")
+               + ". "
                "That line (or the index computed just before it) reads or writes outside an array, or does "
                "arithmetic the language leaves undefined; check its indices against the shape comments. "
                "The whole report is in this test's output in results.json.")
@@ -589,7 +590,8 @@ def judge(test: GradedTest, run: RunResult, where: WhereToLook, verdict: Verdict
             text = [f"First failure: {f.where}" + (f" in test case \"{f.test_case}\"" if f.test_case else "")]
             text += f.render()
             if len(failures) > 1:
-                text.append(f"  (and {len(failures) - 1} more failed assertion(s); the whole output is in results.json)")
+                text.append(f"  (and {len(failures) - 1} more failed assertion(s); "
+                            f"the whole output is in results.json)")
             parts.append("\n".join(text))
             if not short:
                 short = first_message(f) or f"failed at {f.where}"
@@ -1137,6 +1139,8 @@ def main(argv: list[str] | None = None) -> int:
     build_failed: str | None = None
     binaries: dict[str, Path] = {}
     unlinked: dict[str, str] = {}
+    # The staged submission's paths, in compiler errors and sanitizer reports, read as the lab folder.
+    renames = {str(build_dir / f"student-lab{lab}") + os.sep: f"labs/{labgen.LAB_DIRS[lab]}/"}
     if args.no_build:
         bin_dir = (args.bin_dir or build_dir / "tests").resolve()
         binaries = {t.binary: bin_dir / t.binary for t in tests if (bin_dir / t.binary).exists()}
@@ -1152,7 +1156,6 @@ def main(argv: list[str] | None = None) -> int:
         result = build(source, build_dir, defs, args.cmake_arg, sorted({t.binary for t in tests}), args.jobs,
                        args.build_timeout)
         if not result.ok:
-            renames = {str(build_dir / f"student-lab{lab}") + os.sep: f"labs/{labgen.LAB_DIRS[lab]}/"}
             build_failed = compiler_errors(result.log, source, renames=renames)
         binaries = result.binaries
         if args.skip_unlinked and result.ok:
@@ -1190,7 +1193,7 @@ def main(argv: list[str] | None = None) -> int:
                 outcomes.append(Outcome(test=t, status="not run", score=0.0, hint=str(e), details=str(e)))
                 continue
             run, verdict = run_graded(cmd, t, work, run_env)
-            o = judge(t, run, where, verdict)
+            o = judge(t, run, where, verdict, renames)
             outcomes.append(o)
             what = f"{o.status}: {o.hint}" if o.status == "hang" else o.status
             print(f"[{n}/{len(tests)}] {t.name}: {what} ({o.seconds:.1f} s)", file=sys.stderr, flush=True)

@@ -547,6 +547,19 @@ class CoverageAccounting(unittest.TestCase):
         self.assertEqual(unit.hint, "MISMATCH")  # nothing narrower than the unit test itself
         self.assertNotIn("fd_gelu", model.details)  # it passed
 
+    def test_a_staged_submission_s_sanitizer_frame_reads_as_its_lab_folder(self):
+        sys.path.insert(0, str(ROOT / "tools"))
+        import grade
+        report = ("==7==ERROR: AddressSanitizer: heap-buffer-overflow on address 0x1\n"
+                  "    #0 0x1 in scalelab::helper(float*) /elsewhere/reference/core/x.cpp:3:1\n"
+                  "    #1 0x2 in scalelab::adamw_step(float*) /ag/build/student-lab00/optim/adamw.cpp:40:5\n")
+        renames = {"/ag/build/student-lab00/": "labs/00-naive/"}
+        self.assertEqual(grade.sanitizer_report(report, renames),
+                         ("AddressSanitizer: heap-buffer-overflow", "scalelab::adamw_step (labs/00-naive/optim/adamw.cpp:40)"))
+        ub = "/ag/build/student-lab00/optim/adamw.cpp:41:7: runtime error: signed integer overflow\n"
+        self.assertEqual(grade.sanitizer_report(ub, renames),
+                         ("UndefinedBehaviorSanitizer: signed integer overflow", "labs/00-naive/optim/adamw.cpp:41"))
+
     def test_a_stub_that_threw_points_at_its_own_test(self):
         sys.path.insert(0, str(ROOT / "tools"))
         import grade
