@@ -5,11 +5,9 @@
 // expected verdict is known independently of the code that judges it.
 #include <catch2/catch.hpp>
 
-#include <atomic>
 #include <barrier>
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +16,7 @@
 #include "comm/flight_recorder.hpp"
 #include "comm/flight_report.hpp"
 #include "comm/watchdog.hpp"
+#include "expiry_capture.hpp"
 
 using namespace scalelab;
 using Catch::Contains;
@@ -171,22 +170,17 @@ TEST_CASE("flight report: a rank stopped inside the collective, a missing rank, 
 }
 
 TEST_CASE("watchdog: the expiry message carries the flight recorder's last calls", "[flight]") {
-  std::mutex m;
-  std::string message;
-  std::atomic<bool> fired{false};
+  scalelab_test::ExpiryCapture expiry;
   {
-    Watchdog dog(0.2, [&](const std::string& text) {
-      std::lock_guard<std::mutex> lock(m);
-      message = text;
-      fired = true;
-    });
+    Watchdog dog(0.2, expiry.handler());
     auto slot = dog.register_slot(0, 1, 0);
     const std::uint64_t call = FlightRecorder::begin(*slot->entry, "world", 0, 1, CommOp::kBarrier, true, 0, -1);
     WatchScope stuck(slot.get(), CommOp::kBarrier, -1, call);
-    for (int i = 0; i < 100 && !fired; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    expiry.wait();
     dog.unregister_slot(slot.get());
   }
-  REQUIRE(fired);
+  REQUIRE(expiry.fired());
+  const std::string message = expiry.message();
   CHECK_THAT(message, Contains("rank 0 (rank 0 of 1 in its communicator): barrier did not complete within 0.2 s"));
   CHECK_THAT(message, Contains("\nflight recorder: no rank of 'world' is behind or silent"));
   CHECK_THAT(message, Contains("\nflight recorder: the last calls on 'world', oldest first:\n  rank 0: barrier #1 (0 "

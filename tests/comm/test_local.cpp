@@ -3,10 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -14,6 +12,7 @@
 #include "comm/runtime.hpp"
 #include "comm/watchdog.hpp"
 #include "core/error.hpp"
+#include "expiry_capture.hpp"
 
 using namespace scalelab;
 using Catch::Matchers::Contains;
@@ -101,28 +100,23 @@ TEST_CASE("one-rank communicator: collectives are copies, split gives another on
 }
 
 TEST_CASE("watchdog: a blocking call armed past the limit ends the job with a message naming the rank") {
-  std::mutex m;
-  std::string message;
-  std::atomic<bool> fired{false};
+  scalelab_test::ExpiryCapture expiry;
   {
-    Watchdog dog(0.2, [&](const std::string& text) {
-      std::lock_guard<std::mutex> lock(m);
-      message = text;
-      fired = true;
-    });
+    Watchdog dog(0.2, expiry.handler());
     auto slot = dog.register_slot(2, 4, 6);
     {
       WatchScope quick(slot.get(), CommOp::kAllReduce, -1);  // disarmed well before the limit
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(400));
-    CHECK_FALSE(fired);
+    CHECK_FALSE(expiry.fired());
     WatchScope stuck(slot.get(), CommOp::kRecv, 1);
-    for (int i = 0; i < 100 && !fired; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    expiry.wait();
     dog.unregister_slot(slot.get());
   }
-  REQUIRE(fired);
-  CHECK_THAT(message, Contains("rank 6 (rank 2 of 4 in its communicator): recv from rank 1 did not complete within "
-                               "0.2 s"));
+  REQUIRE(expiry.fired());
+  CHECK_THAT(expiry.message(),
+             Contains("rank 6 (rank 2 of 4 in its communicator): recv from rank 1 did not complete within "
+                      "0.2 s"));
   CHECK_THROWS_WITH(Watchdog(-1, [](const std::string&) {}), Contains("comm timeout: must be positive"));
 }
 
