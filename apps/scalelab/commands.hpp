@@ -11,6 +11,7 @@ void add_train_command(CLI::App& app);
 void add_ladder_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_schedule_command(CLI::App& app);
+void add_plan_command(CLI::App& app);
 // `bench comm` lives under the `bench` parent.
 void add_bench_comm_command(CLI::App& bench);
 

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   scalelab::cli::add_ladder_command(app);
   scalelab::cli::add_tokenize_command(app);
   scalelab::cli::add_schedule_command(app);
+  scalelab::cli::add_plan_command(app);
   scalelab::cli::add_bench_comm_command(
       *app.add_subcommand("bench", "Measure one part on its own")->require_subcommand(1));
   try {

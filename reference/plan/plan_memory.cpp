@@ -1,0 +1,89 @@
+// The planner's memory model (formulas in plan_memory.hpp).
+#include "plan/plan_memory.hpp"
+
+#include <algorithm>
+
+#include "model/block_walk.hpp"
+#include "plan/plan_model.hpp"
+#include "schedule/pipeline_schedule.hpp"
+
+namespace scalelab {
+
+namespace {
+
+PipelineShape shape_of(const PlanLayout& l) {
+  if (l.pp == 1) return PipelineShape{PipeScheduleKind::k1F1B, 1, l.micro_batches, 1};
+  return parse_pipeline_schedule(l.schedule, l.pp, l.micro_batches);
+}
+
+// Elements saved by one micro-batch on model stage `s` of S (a pipeline chunk).
+std::size_t chunk_activation_elements(const GPTConfig& c, const PlanLayout& l, int s, int S) {
+  const std::size_t t = static_cast<std::size_t>(l.tp), b = static_cast<std::size_t>(l.micro_rows);
+  const std::size_t T = static_cast<std::size_t>(c.max_seq_len), C = static_cast<std::size_t>(c.channels);
+  const std::size_t N = b * T, rows = l.sequence_parallel ? N / t : N, Cl = C / t;
+  const std::size_t heads = static_cast<std::size_t>(c.num_heads) / t;
+  const std::size_t att = heads * b * T * T;
+  const std::size_t block = 2 * N * C + 2 * rows * C + 12 * N * Cl + 4 * rows + att;
+  const std::size_t Vl = (static_cast<std::size_t>(c.vocab_size) + t - 1) / t;
+  const bool head = s == S - 1;
+  const std::size_t outside = rows * C + (head ? N * C + 2 * rows + N * Vl + N : 0);
+  const int L = stage_blocks(c, S, s);
+  const std::size_t Ls = static_cast<std::size_t>(L);
+  switch (l.checkpoint.kind) {
+    case CheckpointPolicy::Kind::kNone: return outside + Ls * block;
+    case CheckpointPolicy::Kind::kSelective: return outside + Ls * (block - att) + att;
+    case CheckpointPolicy::Kind::kEveryK:
+    case CheckpointPolicy::Kind::kSqrtL: {
+      const std::size_t k = static_cast<std::size_t>(activation_slots(l.checkpoint, L));
+      const std::size_t segments = static_cast<std::size_t>(segment_count(l.checkpoint, L));
+      return outside + segments * rows * C + k * block;  // boundaries (and the output), one segment
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::size_t plan_activation_elements(const GPTConfig& c, const PlanLayout& layout, int stage) {
+  const PipelineShape shape = shape_of(layout);
+  return chunk_activation_elements(c, layout, model_stage(shape, stage, 0), shape.model_stages());
+}
+
+PlanMemory model_state_memory(const StateBytes& bytes, int zero, std::size_t psi, int d) {
+  // ZeRO's shard: the first psi mod d ranks hold one element more (comm/partition.hpp).
+  const double all = static_cast<double>(psi);
+  const double shard = static_cast<double>((psi + static_cast<std::size_t>(d) - 1) / static_cast<std::size_t>(d));
+  PlanMemory m;
+  m.params = bytes.param * (zero >= 3 ? shard : all);
+  m.grads = bytes.grad * (zero >= 2 ? shard : all);
+  m.optimizer = bytes.optimizer * (zero >= 1 ? shard : all);
+  return m;
+}
+
+PlanMemory plan_memory(const GPTConfig& c, const PlanLayout& l, int stage) {
+  const PipelineShape shape = shape_of(l);
+  const StateBytes bytes = state_bytes(l.precision);
+  const int S = shape.model_stages();
+  std::size_t psi = 0, largest_chunk = 0;
+  for (int chunk = 0; chunk < shape.chunks; ++chunk) {
+    const int s = model_stage(shape, stage, chunk);
+    psi += rank_params(c, l.tp, S, s);
+    largest_chunk = std::max(largest_chunk, chunk_activation_elements(c, l, s, S));
+  }
+  PlanMemory m = model_state_memory(bytes, l.zero, psi, l.dp);
+  m.stage = stage;
+  const int in_flight = l.pp == 1 ? 1 : peak_in_flight_formula(shape, stage);
+  m.activations = bytes.activation * static_cast<double>(largest_chunk) * in_flight;
+  return m;
+}
+
+PlanMemory plan_memory(const GPTConfig& c, const PlanLayout& l) {
+  PlanMemory worst = plan_memory(c, l, 0);
+  for (int r = 1; r < l.pp; ++r) {
+    const PlanMemory m = plan_memory(c, l, r);
+    if (m.total() > worst.total()) worst = m;
+  }
+  return worst;
+}
+
+}  // namespace scalelab

@@ -1,0 +1,62 @@
+// The planner's traffic model (formulas in plan_traffic.hpp).
+#include "plan/plan_traffic.hpp"
+
+#include <cstddef>
+
+#include "comm/partition.hpp"
+#include "plan/plan_model.hpp"
+#include "schedule/pipeline_schedule.hpp"
+
+namespace scalelab {
+
+PlanTraffic plan_traffic(const GPTConfig& c, const PlanLayout& l, const Cluster& cluster, int stage) {
+  const PipelineShape shape = l.pp == 1 ? PipelineShape{PipeScheduleKind::k1F1B, 1, l.micro_batches, 1}
+                                        : parse_pipeline_schedule(l.schedule, l.pp, l.micro_batches);
+  const StateBytes bytes = state_bytes(l.precision);
+  const int S = shape.model_stages();
+  std::size_t psi = 0, blocks = 0;
+  bool first = false, last = false;
+  int messages = 0;  // point-to-point messages per micro-batch
+  for (int chunk = 0; chunk < shape.chunks; ++chunk) {
+    const int s = model_stage(shape, stage, chunk);
+    psi += rank_params(c, l.tp, S, s);
+    blocks += static_cast<std::size_t>(stage_blocks(c, S, s));
+    first = first || s == 0;
+    last = last || s == S - 1;
+    messages += (s < S - 1 ? 1 : 0) + (s > 0 ? 1 : 0);
+  }
+  PlanTraffic t;
+  const double m = l.micro_batches;
+  // Data parallel: rank 0 of the group sends all but its own piece in a reduce-scatter and all
+  // but the next rank's in an all-gather (comm/ring.hpp).
+  const int d = l.dp;
+  const BlockPartition cut{psi, d};
+  const double rs = d > 1 ? static_cast<double>(psi - cut.size(0)) : 0;
+  const double ag = d > 1 ? static_cast<double>(psi - cut.size(1 % d)) : 0;
+  switch (l.zero) {
+    case 0: t.dp_bytes = bytes.grad * (rs + ag); break;
+    case 1: t.dp_bytes = bytes.grad * rs + bytes.param * ag; break;
+    case 2: t.dp_bytes = m * bytes.grad * rs + bytes.param * ag; break;
+    default: t.dp_bytes = m * (bytes.grad * rs + 2 * bytes.param * ag); break;
+  }
+  // Tensor parallel: all-reduces of N C activations (or their gradients) over t ranks.
+  const double tp = l.tp, N = static_cast<double>(l.micro_rows) * c.max_seq_len;
+  const double per_all_reduce = tp > 1 ? 2 * (tp - 1) / tp * N * c.channels * bytes.activation : 0;
+  const bool recompute = l.checkpoint.kind == CheckpointPolicy::Kind::kEveryK ||
+                         l.checkpoint.kind == CheckpointPolicy::Kind::kSqrtL;
+  const double per_block = recompute ? 6 : 4;
+  // The embedding's reduction (forward), ln_f's (backward) and the cross-entropy's 3 of N fp32.
+  const double ends = (first ? 1 : 0) + (last ? 1 : 0);
+  const double cross_entropy = last && tp > 1 ? 3 * 2 * (tp - 1) / tp * N * 4 : 0;
+  t.tp_bytes = m * (per_all_reduce * (per_block * static_cast<double>(blocks) + ends) + cross_entropy);
+  // Pipeline: one micro-batch's activations (or gradient) per message.
+  t.pp_bytes = m * messages * N * c.channels * bytes.activation / tp;
+  // Links (ranks ordered tp, dp, pp from the fastest-varying).
+  const int gpn = cluster.gpus_per_node;
+  t.tp_inter = l.tp > gpn;
+  t.dp_inter = l.dp > 1 && l.tp * l.dp > gpn;
+  t.pp_inter = l.pp > 1 && l.tp * l.dp >= gpn;
+  return t;
+}
+
+}  // namespace scalelab

@@ -1,0 +1,127 @@
+// The planner's closed forms against what the stages build: parameters per rank against the
+// layouts (model/params.hpp slices for pipeline ranks, dist/tp_layout.hpp for tensor-parallel
+// ranks), activations against model/gpt.hpp's count (which stage 00 and 02's tests check against
+// the memory tracker), model states against ZeRO's (dist/zero_shards.hpp), traffic against the
+// ring's exact counts that stage 07's test measures. All exact (integers).
+#include <catch2/catch.hpp>
+
+#include "comm/partition.hpp"
+#include "dist/pipeline_stage_model.hpp"
+#include "dist/tp_layout.hpp"
+#include "dist/zero_shards.hpp"
+#include "model/gpt.hpp"
+#include "model/params.hpp"
+#include "plan/plan_memory.hpp"
+#include "plan/plan_model.hpp"
+#include "plan/plan_traffic.hpp"
+
+using namespace scalelab;
+
+namespace {
+// Shapes that exercise uneven pipeline splits and a vocabulary that t does not divide.
+std::vector<GPTConfig> shapes() {
+  return {gpt_config_by_name("tiny"), gpt_config_by_name("mini"), gpt_config_of_shape(257, 16, 24, 5, 6),
+          plan_model_by_name("gpt2-124m").config};
+}
+}  // namespace
+
+TEST_CASE("parameters per pipeline rank equal the pipeline stage's layout", "[plan]") {
+  for (const GPTConfig& c : shapes())
+    for (int pp = 1; pp <= std::min(4, c.num_layers); ++pp)
+      for (int s = 0; s < pp; ++s) {
+        const std::size_t layout = ParamLayout(c, pipeline_stage_slice(c, s, pp)).num_params();
+        INFO(c.name << ", pipeline rank " << s << " of " << pp << ": layout " << layout << ", planner "
+                    << rank_params(c, 1, pp, s));
+        CHECK(rank_params(c, 1, pp, s) == layout);
+      }
+}
+
+TEST_CASE("parameters per tensor-parallel rank equal the tensor-parallel layout", "[plan]") {
+  for (const GPTConfig& c : shapes())
+    for (int t : {1, 2, 3, 4}) {
+      if (c.num_heads % t != 0) continue;
+      for (int r = 0; r < t; ++r) {
+        const std::size_t layout = TpLayout(c, t, r).layout().num_params();
+        INFO(c.name << ", tensor-parallel rank " << r << " of " << t << ": layout " << layout << ", planner "
+                    << rank_params(c, t, 1, 0));
+        CHECK(rank_params(c, t, 1, 0) == layout);
+      }
+    }
+}
+
+TEST_CASE("activations per micro-batch equal the model's count for every policy and pipeline rank", "[plan]") {
+  for (const GPTConfig& c : shapes())
+    for (const char* policy : {"none", "every:2", "sqrt", "selective"})
+      for (int pp = 1; pp <= std::min(3, c.num_layers); ++pp)
+        for (int b : {1, 3}) {
+          PlanLayout l;
+          l.pp = pp;
+          l.micro_batches = pp;  // any schedule that runs
+          l.micro_rows = b;
+          l.checkpoint = CheckpointPolicy::parse(policy);
+          l.precision = "fp32";
+          for (int s = 0; s < pp; ++s) {
+            const std::size_t model =
+                activation_elements(c, b, c.max_seq_len, l.checkpoint, pipeline_stage_slice(c, s, pp));
+            INFO(c.name << ", " << policy << ", pipeline rank " << s << " of " << pp << ", b " << b << ": model "
+                        << model << ", planner " << plan_activation_elements(c, l, s));
+            CHECK(plan_activation_elements(c, l, s) == model);
+          }
+        }
+}
+
+TEST_CASE("model states under ZeRO equal stage 07's formulas, fp32, every stage and d = 1..5", "[plan]") {
+  const std::size_t psi = ParamLayout(gpt_config_by_name("mini")).num_params();
+  for (int d = 1; d <= 5; ++d)
+    for (int zero = 0; zero <= 3; ++zero) {
+      const std::size_t shard = BlockPartition{psi, d}.size(0);
+      const ZeroStateBytes want = zero_state_bytes(zero, psi, shard);
+      const PlanMemory got = model_state_memory(state_bytes("fp32"), zero, psi, d);
+      INFO("d " << d << ", stage " << zero << ": planner " << got.params << "/" << got.grads << "/" << got.optimizer
+                << ", stage 07 " << want.params << "/" << want.grads << "/" << want.optimizer);
+      CHECK(got.params == static_cast<double>(want.params));
+      CHECK(got.grads == static_cast<double>(want.grads));
+      CHECK(got.optimizer == static_cast<double>(want.optimizer));
+    }
+}
+
+TEST_CASE("data-parallel bytes equal the ring's exact counts that stage 07 measures", "[plan]") {
+  const GPTConfig c = gpt_config_by_name("mini");
+  const std::size_t psi = ParamLayout(c).num_params();
+  Cluster cluster = cluster_preset("h100-sxm");
+  for (int d = 1; d <= 4; ++d)
+    for (int m : {1, 2})
+      for (int zero = 0; zero <= 3; ++zero) {
+        const BlockPartition p{psi, d};
+        const double rs = d > 1 ? static_cast<double>(psi - p.size(0)) : 0;
+        const double ag = d > 1 ? static_cast<double>(psi - p.size(1 % d)) : 0;
+        // tests/dist/test_zero.cpp [zero_traffic]; DDP's single-bucket all-reduce is rs + ag.
+        const double want = zero <= 1 ? rs + ag : zero == 2 ? m * rs + ag : m * (rs + 2 * ag);
+        PlanLayout l;
+        l.dp = d;
+        l.zero = zero;
+        l.micro_batches = m;
+        l.precision = "fp32";
+        const PlanTraffic t = plan_traffic(c, l, cluster, 0);
+        INFO("d " << d << ", m " << m << ", stage " << zero << ": planner " << t.dp_bytes << " bytes, ring "
+                  << 4 * want);
+        CHECK(t.dp_bytes == 4 * want);
+      }
+}
+
+TEST_CASE("tensor-parallel bytes follow stage 06's ledger: 4 all-reduces of N C per block and micro-batch",
+          "[plan]") {
+  const GPTConfig c = gpt_config_by_name("mini");
+  const Cluster cluster = cluster_preset("h100-sxm");
+  for (int t : {2, 4}) {
+    PlanLayout l;
+    l.tp = t;
+    l.micro_rows = 3;
+    l.micro_batches = 2;
+    l.precision = "fp32";
+    const double N = 3.0 * c.max_seq_len, ring = 2.0 * (t - 1) / t;
+    // per micro-batch: 4L + 2 all-reduces of N C (blocks, embedding, ln_f) and 3 of N (cross-entropy)
+    const double want = 2 * 4 * ring * ((4.0 * c.num_layers + 2) * N * c.channels + 3 * N);
+    CHECK(plan_traffic(c, l, cluster, 0).tp_bytes == Approx(want).epsilon(1e-12));
+  }
+}
