@@ -93,11 +93,11 @@ WorstError worst_error(const std::vector<A>& got, const std::vector<B>& want) {
   return w;
 }
 
-#define CHECK_CLOSE(got, want, tol, what)      \
-  do {                                         \
+#define CHECK_CLOSE(got, want, tol, what)         \
+  do {                                            \
     const WorstError _w = worst_error(got, want); \
-    INFO(_w.message(what));                    \
-    CHECK(_w.rel <= (tol));                    \
+    INFO(_w.message(what));                       \
+    CHECK(_w.rel <= (tol));                       \
   } while (0)
 
 // Random values of about this size; scale 2 gives scores s = q.k / sqrt(hs) with a spread of ~4,
@@ -183,8 +183,8 @@ void check_chunked(const Shape& s) {
     std::vector<F> out(BT * s.C, F(7)), lse(static_cast<std::size_t>(s.B) * s.NH * s.T, F(7));
     std::vector<F> dqkv(BT * 3 * s.C, F(7)), scratch(attention_chunked_scratch_elems(chunk));
     attention_chunked_forward(out.data(), lse.data(), scratch.data(), qkv.data(), s.B, s.T, s.C, s.NH, chunk);
-    attention_chunked_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B,
-                               s.T, s.C, s.NH, chunk);
+    attention_chunked_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T,
+                               s.C, s.NH, chunk);
     check_against_naive(out, lse, dqkv, qkv, naive, s);
   }
 }
@@ -237,8 +237,8 @@ Result run_variant(const std::string& kind, int a, int b, const std::vector<doub
   if (kind == "chunked") {
     std::vector<double> scratch(attention_chunked_scratch_elems(a));
     attention_chunked_forward(r.out.data(), r.lse.data(), scratch.data(), qkv.data(), s.B, s.T, s.C, s.NH, a);
-    attention_chunked_backward(r.dqkv.data(), scratch.data(), dout.data(), qkv.data(), r.out.data(), r.lse.data(),
-                               s.B, s.T, s.C, s.NH, a);
+    attention_chunked_backward(r.dqkv.data(), scratch.data(), dout.data(), qkv.data(), r.out.data(), r.lse.data(), s.B,
+                               s.T, s.C, s.NH, a);
   } else {
     std::vector<double> scratch(attention_flash_scratch_elems(s.T, a, b));
     attention_flash_forward(r.out.data(), r.lse.data(), scratch.data(), qkv.data(), s.B, s.T, s.C, s.NH, a, b);

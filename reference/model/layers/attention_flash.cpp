@@ -23,9 +23,9 @@ template <typename F>
 void attention_flash_forward(F* out, F* lse, F* scratch, const F* qkv, int B, int T, int C, int NH, int Br, int Bc) {
   const int hs = C / NH, C3 = 3 * C;
   const F scale = F(1) / std::sqrt(F(hs));
-  F* S = scratch;                                      // (Br,Bc) scores, then probabilities, of one tile
-  F* m = S + static_cast<std::size_t>(Br) * Bc;        // (Br) running maximum of each query row
-  F* l = m + Br;                                       // (Br) running sum of exp(s - m) of each row
+  F* S = scratch;                                // (Br,Bc) scores, then probabilities, of one tile
+  F* m = S + static_cast<std::size_t>(Br) * Bc;  // (Br) running maximum of each query row
+  F* l = m + Br;                                 // (Br) running sum of exp(s - m) of each row
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h) {
       const F* q = qkv + static_cast<std::size_t>(b) * T * C3 + h * hs;
@@ -87,9 +87,9 @@ void attention_flash_backward(F* dqkv, F* scratch, const F* dout, const F* qkv, 
                               int T, int C, int NH, int Br, int Bc) {
   const int hs = C / NH, C3 = 3 * C;
   const F scale = F(1) / std::sqrt(F(hs));
-  F* P = scratch;                                  // (Br,Bc) probabilities of one tile
-  F* dS = P + static_cast<std::size_t>(Br) * Bc;   // (Br,Bc) dP = dout v^T of one tile, then dS
-  F* D = dS + static_cast<std::size_t>(Br) * Bc;   // (T) D_t = dout_t . out_t of one head
+  F* P = scratch;                                 // (Br,Bc) probabilities of one tile
+  F* dS = P + static_cast<std::size_t>(Br) * Bc;  // (Br,Bc) dP = dout v^T of one tile, then dS
+  F* D = dS + static_cast<std::size_t>(Br) * Bc;  // (T) D_t = dout_t . out_t of one head
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h) {
       const std::size_t qoff = static_cast<std::size_t>(b) * T * C3 + h * hs;
