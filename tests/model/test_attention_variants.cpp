@@ -66,11 +66,11 @@ struct WorstError {
   double rel = 0;
   std::size_t index = 0;
   double got = 0, want = 0, largest = 0;
-  std::string message(const std::string& what) const {
+  std::string message(const std::string& what, double tol) const {
     std::ostringstream os;
     os.precision(17);
     os << what << ": worst |got - want| / max(1, max|want|) = " << rel << " at element " << index << " (got " << got
-       << ", want " << want << "; max|want| " << largest << ")";
+       << ", want " << want << "; max|want| " << largest << "); tolerance " << tol;
     return os.str();
   }
 };
@@ -96,7 +96,7 @@ WorstError worst_error(const std::vector<A>& got, const std::vector<B>& want) {
 #define CHECK_CLOSE(got, want, tol, what)         \
   do {                                            \
     const WorstError _w = worst_error(got, want); \
-    INFO(_w.message(what));                       \
+    INFO(_w.message(what, tol));                  \
     CHECK(_w.rel <= (tol));                       \
   } while (0)
 
