@@ -19,10 +19,10 @@ StateBytes state_bytes(const std::string& precision);
 
 struct PlanLayout {
   int dp = 1, tp = 1, pp = 1;
-  std::string schedule = "1f1b";  // the pipeline schedule when pp > 1 (stage 05's names)
-  int micro_batches = 1;          // m per optimizer step and data-parallel replica (accumulation when pp = 1)
-  int micro_rows = 1;             // sequences per micro-batch
-  int zero = 0;                   // ZeRO stage over the data-parallel group (stage 07)
+  std::string schedule = "1f1b";   // the pipeline schedule when pp > 1 (stage 05's names)
+  int micro_batches = 1;           // m per optimizer step and data-parallel replica (accumulation when pp = 1)
+  int micro_rows = 1;              // sequences per micro-batch
+  int zero = 0;                    // ZeRO stage over the data-parallel group (stage 07)
   bool sequence_parallel = false;  // stage 06
   CheckpointPolicy checkpoint;     // stage 02
   std::string precision = "bf16";

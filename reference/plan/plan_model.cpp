@@ -60,7 +60,7 @@ std::size_t rank_params(const GPTConfig& c, int tp, int pp, int stage) {
   const std::size_t wte = (static_cast<std::size_t>(c.vocab_size) + t - 1) / t * C;
   std::size_t n = static_cast<std::size_t>(stage_blocks(c, pp, stage)) * block;
   if (stage == 0) n += wte + static_cast<std::size_t>(c.max_seq_len) * C;  // wte, wpe
-  if (stage == pp - 1) n += (pp > 1 ? wte : 0) + 2 * C;                     // the head's wte copy, ln_f
+  if (stage == pp - 1) n += (pp > 1 ? wte : 0) + 2 * C;                    // the head's wte copy, ln_f
   return n;
 }
 

@@ -26,8 +26,8 @@
 namespace scalelab {
 
 struct PlanTime {
-  double compute_s = 0;   // per rank, bubble included
-  double bubble = 0;      // fraction of the pipeline's time idle
+  double compute_s = 0;                 // per rank, bubble included
+  double bubble = 0;                    // fraction of the pipeline's time idle
   double tp_s = 0, pp_s = 0, dp_s = 0;  // exposed communication
   double step_s = 0;
   double tokens_per_s = 0;

@@ -28,7 +28,7 @@
 namespace scalelab {
 
 struct PlanTraffic {
-  double dp_bytes = 0, tp_bytes = 0, pp_bytes = 0;  // sent per rank per step
+  double dp_bytes = 0, tp_bytes = 0, pp_bytes = 0;            // sent per rank per step
   bool dp_inter = false, tp_inter = false, pp_inter = false;  // over the inter-node links
   double total() const { return dp_bytes + tp_bytes + pp_bytes; }
 };

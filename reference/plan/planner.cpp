@@ -39,8 +39,8 @@ void evaluate(const PlanRequest& q, const PlanLayout& l, std::vector<PlanResult>
     const std::pair<double, const char*> parts[] = {
         {m.params, "params"}, {m.grads, "grads"}, {m.optimizer, "optimizer"}, {m.activations, "activations"}};
     const auto largest = *std::max_element(std::begin(parts), std::end(parts));
-    r.overflow = "needs " + gib(m.total()) + " GiB of " + gib(q.cluster.memory_bytes) + " (largest: " +
-                 largest.second + " " + gib(largest.first) + " GiB, pipeline rank " + std::to_string(m.stage) + ")";
+    r.overflow = "needs " + gib(m.total()) + " GiB of " + gib(q.cluster.memory_bytes) + " (largest: " + largest.second +
+                 " " + gib(largest.first) + " GiB, pipeline rank " + std::to_string(m.stage) + ")";
   }
   out.push_back(std::move(r));
 }
@@ -112,8 +112,8 @@ std::vector<PlanResult> plan_layouts(const PlanRequest& q) {
 
 std::string plan_table(const PlanRequest& q, const std::vector<PlanResult>& results, int top) {
   const GPTConfig& c = q.model.config;
-  const std::size_t fitting =
-      static_cast<std::size_t>(std::count_if(results.begin(), results.end(), [](const PlanResult& r) { return r.fits; }));
+  const std::size_t fitting = static_cast<std::size_t>(
+      std::count_if(results.begin(), results.end(), [](const PlanResult& r) { return r.fits; }));
   char line[512];
   std::string s;
   std::snprintf(line, sizeof line,
@@ -121,21 +121,20 @@ std::string plan_table(const PlanRequest& q, const std::vector<PlanResult>& resu
                 "cluster %s: %d x %d ranks, %s GiB each, links %.0f / %.0f GB/s, %.0f TFLOP/s x %.2f; %s\n"
                 "global batch %d sequences, %s; %zu layouts, %zu fit\n\n",
                 q.model.name.c_str(), model_params(c), c.vocab_size, c.max_seq_len, c.channels, c.num_layers,
-                c.num_heads, q.model.source.c_str(), q.cluster.name.c_str(), q.cluster.nodes,
-                q.cluster.gpus_per_node, gib(q.cluster.memory_bytes).c_str(), q.cluster.intra_gbps,
-                q.cluster.inter_gbps, q.cluster.peak_tflops, q.cluster.efficiency, q.cluster.source.c_str(),
-                q.global_batch, q.precision.c_str(), results.size(), fitting);
+                c.num_heads, q.model.source.c_str(), q.cluster.name.c_str(), q.cluster.nodes, q.cluster.gpus_per_node,
+                gib(q.cluster.memory_bytes).c_str(), q.cluster.intra_gbps, q.cluster.inter_gbps, q.cluster.peak_tflops,
+                q.cluster.efficiency, q.cluster.source.c_str(), q.global_batch, q.precision.c_str(), results.size(),
+                fitting);
   s += line;
-  std::snprintf(line, sizeof line, "%-4s %-52s %8s %8s %8s %8s %8s %9s %9s %9s %7s %9s %6s\n", "#", "layout",
-                "params", "grads", "optim", "acts", "GiB", "dp GB", "tp GB", "pp GB", "bubble", "step s", "MFU");
+  std::snprintf(line, sizeof line, "%-4s %-52s %8s %8s %8s %8s %8s %9s %9s %9s %7s %9s %6s\n", "#", "layout", "params",
+                "grads", "optim", "acts", "GiB", "dp GB", "tp GB", "pp GB", "bubble", "step s", "MFU");
   s += line;
   auto row = [&](std::size_t i, const PlanResult& r) {
     const PlanMemory& m = r.memory;
     std::snprintf(line, sizeof line, "%-4zu %-52s %8s %8s %8s %8s %8s %9.3f %9.3f %9.3f %7.3f %9.4f %5.1f%%\n", i + 1,
                   r.layout.describe().c_str(), gib(m.params).c_str(), gib(m.grads).c_str(), gib(m.optimizer).c_str(),
                   gib(m.activations).c_str(), gib(m.total()).c_str(), r.traffic.dp_bytes / 1e9,
-                  r.traffic.tp_bytes / 1e9, r.traffic.pp_bytes / 1e9, r.time.bubble, r.time.step_s,
-                  100 * r.time.mfu);
+                  r.traffic.tp_bytes / 1e9, r.traffic.pp_bytes / 1e9, r.time.bubble, r.time.step_s, 100 * r.time.mfu);
     s += line;
   };
   for (std::size_t i = 0; i < std::min(fitting, static_cast<std::size_t>(top)); ++i) row(i, results[i]);

@@ -61,8 +61,8 @@ TEST_CASE("activations per micro-batch equal the model's count for every policy 
           l.checkpoint = CheckpointPolicy::parse(policy);
           l.precision = "fp32";
           for (int s = 0; s < pp; ++s) {
-            const std::size_t model =
-                activation_elements(c, b, c.max_seq_len, l.checkpoint, pipeline_stage_slice(c, s, pp));
+            const std::size_t model = activation_elements(c, b, c.max_seq_len, l.checkpoint,
+                                                          pipeline_stage_slice(c, s, pp));
             INFO(c.name << ", " << policy << ", pipeline rank " << s << " of " << pp << ", b " << b << ": model "
                         << model << ", planner " << plan_activation_elements(c, l, s));
             CHECK(plan_activation_elements(c, l, s) == model);
@@ -109,8 +109,7 @@ TEST_CASE("data-parallel bytes equal the ring's exact counts that stage 07 measu
       }
 }
 
-TEST_CASE("tensor-parallel bytes follow stage 06's ledger: 4 all-reduces of N C per block and micro-batch",
-          "[plan]") {
+TEST_CASE("tensor-parallel bytes follow stage 06's ledger: 4 all-reduces of N C per block and micro-batch", "[plan]") {
   const GPTConfig c = gpt_config_by_name("mini");
   const Cluster cluster = cluster_preset("h100-sxm");
   for (int t : {2, 4}) {
