@@ -42,6 +42,37 @@ std::size_t chunk_activation_elements(const GPTConfig& c, const PlanLayout& l, i
   return 0;
 }
 
+// The output gradients ZB-H1's input backward (B) keeps for the deferred weight backward (W), per
+// micro-batch: for each block the dout of its four linear layers, qkv (3 C wide), attn.c_proj
+// (C), c_fc (4 C) and mlp.c_proj (C), N rows each (model/split_backward.hpp).
+std::size_t weight_tape_elements(const GPTConfig& c, const PlanLayout& l, int s, int S) {
+  const std::size_t N = static_cast<std::size_t>(l.micro_rows) * c.max_seq_len;
+  const std::size_t Cl = static_cast<std::size_t>(c.channels) / static_cast<std::size_t>(l.tp);
+  return static_cast<std::size_t>(stage_blocks(c, S, s)) * N * (3 * Cl + c.channels + 4 * Cl + c.channels);
+}
+
+// The peak of one pipeline rank's saved activations over its schedule (stage 05): a forward
+// saves one micro-batch's set of its chunk, a backward frees it; ZB-H1's B keeps the set and adds
+// the weight tape, its W frees both. Without a pipeline the micro-batches run one at a time.
+std::size_t peak_activation_elements(const GPTConfig& c, const PlanLayout& l, const PipelineShape& shape, int rank) {
+  const int S = shape.model_stages();
+  if (l.pp == 1) return chunk_activation_elements(c, l, 0, 1);
+  std::size_t now = 0, peak = 0;
+  for (const Action& a : compute_order(shape, rank)) {
+    const int s = model_stage(shape, rank, a.chunk);
+    const std::size_t set = chunk_activation_elements(c, l, s, S);
+    switch (a.kind) {
+      case ActionKind::kForward: now += set; break;
+      case ActionKind::kBackward: now -= set; break;
+      case ActionKind::kBackwardInput: now += weight_tape_elements(c, l, s, S); break;
+      case ActionKind::kBackwardWeight: now -= set + weight_tape_elements(c, l, s, S); break;
+      default: break;
+    }
+    peak = std::max(peak, now);
+  }
+  return peak;
+}
+
 }  // namespace
 
 std::size_t plan_activation_elements(const GPTConfig& c, const PlanLayout& layout, int stage) {
@@ -64,16 +95,11 @@ PlanMemory plan_memory(const GPTConfig& c, const PlanLayout& l, int stage) {
   const PipelineShape shape = shape_of(l);
   const StateBytes bytes = state_bytes(l.precision);
   const int S = shape.model_stages();
-  std::size_t psi = 0, largest_chunk = 0;
-  for (int chunk = 0; chunk < shape.chunks; ++chunk) {
-    const int s = model_stage(shape, stage, chunk);
-    psi += rank_params(c, l.tp, S, s);
-    largest_chunk = std::max(largest_chunk, chunk_activation_elements(c, l, s, S));
-  }
+  std::size_t psi = 0;
+  for (int chunk = 0; chunk < shape.chunks; ++chunk) psi += rank_params(c, l.tp, S, model_stage(shape, stage, chunk));
   PlanMemory m = model_state_memory(bytes, l.zero, psi, l.dp);
   m.stage = stage;
-  const int in_flight = l.pp == 1 ? 1 : peak_in_flight_formula(shape, stage);
-  m.activations = bytes.activation * static_cast<double>(largest_chunk) * in_flight;
+  m.activations = bytes.activation * static_cast<double>(peak_activation_elements(c, l, shape, stage));
   return m;
 }
 

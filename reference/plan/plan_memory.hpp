@@ -14,9 +14,11 @@
 //   one block    2 N C + 2 Nl C + 12 N Cl + 4 Nl + (NH / t) b T^2     (t = 1: 16 N C + 4 N + NH b T^2)
 //   outside      Nl C (the blocks' input) + with the head: N C + 2 Nl + N ceil(V / t) + N
 // with checkpointing (stage 02) the blocks keep one segment of k blocks plus a boundary per
-// segment, and a pipeline rank holds as many micro-batches as its schedule has in flight at its
-// peak (stage 05: GPipe m, 1F1B min(p - r, m), ...). The rank reported is the pipeline rank with
-// the largest total.
+// segment. A pipeline rank's peak is found by walking its schedule (stage 05's action lists): a
+// forward adds one micro-batch's set, a backward frees it, so GPipe peaks at m sets and 1F1B at
+// min(p - r, m); ZB-H1's input backward also keeps the output gradients of the block's four
+// linear layers for the deferred weight backward, 9 N C per block (model/split_backward.hpp).
+// The rank reported is the pipeline rank with the largest total.
 #pragma once
 
 #include <cstddef>

@@ -1,0 +1,117 @@
+// The planner against this kit's own runs (issue: "validated against our own measured runs"):
+// every layout the stages can run on the ranks of this job is run for one step of the tiny
+// model through the trainer's seam (parallel/strategy_factory.hpp, as `scalelab train` builds
+// it), and what its memory tracker and communicator counted must equal what the planner
+// predicts for that layout: parameter, gradient and optimizer bytes exactly, the activation
+// peak exactly, and the bytes of the step's gradient collectives exactly.
+#include <catch2/catch.hpp>
+
+#include <sstream>
+
+#include "batch.hpp"
+#include "parallel/strategy_factory.hpp"
+#include "plan/plan_memory.hpp"
+#include "plan/plan_traffic.hpp"
+#include "strategy_harness.hpp"
+#include "world.hpp"
+
+using namespace scalelab;
+using namespace scalelab_test;
+
+namespace {
+
+constexpr std::uint64_t kSeed = 7;
+
+struct Run {
+  int tp = 1, pp = 1, zero = 0, micro_batches = 1;
+  bool sp = false;
+  std::string schedule = "1f1b", checkpoint = "none";
+  std::string describe() const {
+    std::ostringstream s;
+    s << "tp " << tp << " pp " << pp << " zero " << zero << " m " << micro_batches << (sp ? " sp" : "") << " "
+      << schedule << " ckpt " << checkpoint;
+    return s.str();
+  }
+};
+
+struct Measured {
+  std::size_t params, grads, optimizer, activations;
+  std::uint64_t bytes_sent;
+};
+
+Measured run_one(Communicator& world, const Run& r, int rows_per_micro) {
+  StrategyHarness h;
+  const GPTConfig c = gpt_config_by_name("tiny");
+  const int dp = world.size() / (r.tp * r.pp);
+  h.options.config = "tiny";
+  h.options.seq_len = c.max_seq_len;
+  h.options.batch = dp * r.micro_batches * rows_per_micro;
+  h.options.grad_accum = r.micro_batches;
+  h.options.checkpoint = CheckpointPolicy::parse(r.checkpoint);
+  h.options.parallel.tp = r.tp;
+  h.options.parallel.pp = r.pp;
+  h.options.parallel.zero = r.zero;
+  h.options.parallel.schedule = r.schedule;
+  h.options.parallel.sequence_parallel = r.sp;
+  h.options.parallel.bucket_mb = h.options.parallel.first_bucket_mb = 1024;  // one bucket: one ring all-reduce
+  std::unique_ptr<ParallelStrategy> strategy = make_strategy_factory(&world)(h.options);
+  h.start(*strategy, c, kSeed, CheckpointPolicy::parse(r.checkpoint), "plan test");
+  const Batch b = random_batch(c.vocab_size, h.options.batch, c.max_seq_len, 3);
+  h.forward_backward(b.tokens, b.targets);
+  h.update();
+  return {h.tracker.current(MemCategory::kParams), h.tracker.current(MemCategory::kGrads),
+          h.tracker.current(MemCategory::kOptimizer), h.tracker.peak(MemCategory::kActivations),
+          strategy->step_report().bytes_sent};
+}
+
+void check_against_plan(Communicator& world, const Run& r) {
+  const GPTConfig c = gpt_config_by_name("tiny");
+  const int rows = 2;
+  PlanLayout l;
+  l.tp = r.tp;
+  l.pp = r.pp;
+  l.dp = world.size() / (r.tp * r.pp);
+  l.zero = r.zero;
+  l.micro_batches = r.micro_batches;
+  l.micro_rows = rows;
+  l.sequence_parallel = r.sp;
+  l.schedule = r.schedule;
+  l.checkpoint = CheckpointPolicy::parse(r.checkpoint);
+  l.precision = "fp32";
+  const int stage = world.rank() / (l.dp * l.tp) % l.pp;  // pipeline rank, as the grid numbers them
+  const PlanMemory want = plan_memory(c, l, stage);
+  const PlanTraffic traffic = plan_traffic(c, l, cluster_preset("h100-sxm"), stage);
+  const Measured got = run_one(world, r, rows);
+  INFO(where(world) << ", " << r.describe() << " (planner layout " << l.describe() << ", pipeline rank " << stage
+                    << "): measured params/grads/optimizer/activations " << got.params << "/" << got.grads << "/"
+                    << got.optimizer << "/" << got.activations << " bytes, planner " << want.params << "/" << want.grads
+                    << "/" << want.optimizer << "/" << want.activations << "; sent " << got.bytes_sent
+                    << " bytes, planner dp " << traffic.dp_bytes << " tp " << traffic.tp_bytes);
+  CHECK(static_cast<double>(got.params) == want.params);
+  CHECK(static_cast<double>(got.grads) == want.grads);
+  CHECK(static_cast<double>(got.optimizer) == want.optimizer);
+  CHECK(static_cast<double>(got.activations) == want.activations);
+  if (r.tp == 1 && r.pp == 1) CHECK(static_cast<double>(got.bytes_sent) == traffic.dp_bytes);
+}
+
+}  // namespace
+
+TEST_CASE("data parallel and ZeRO 1-3: memory and traffic per rank as the planner predicts", "[plan_runs]") {
+  Communicator& world = test_world();
+  for (int zero = 0; zero <= 3; ++zero)
+    for (int m : {1, 2}) check_against_plan(world, {1, 1, zero, m});
+  check_against_plan(world, {1, 1, 2, 1, false, "1f1b", "sqrt"});
+}
+
+TEST_CASE("tensor parallel over every rank: memory per rank as the planner predicts", "[plan_runs]") {
+  Communicator& world = test_world();
+  if (4 % world.size() != 0) return;  // the tiny model's 4 heads must split
+  for (bool sp : {false, true}) check_against_plan(world, {world.size(), 1, 0, 1, sp});
+}
+
+TEST_CASE("a pipeline over every rank: memory per pipeline rank as the planner predicts", "[plan_runs]") {
+  Communicator& world = test_world();
+  if (world.size() > 2) return;  // the tiny model has 2 layers
+  for (const char* schedule : {"afab", "1f1b", "zb-h1"})
+    check_against_plan(world, {1, world.size(), 0, 4, false, schedule});
+}
