@@ -49,8 +49,21 @@ PlanTraffic plan_traffic(const GPTConfig& c, const PlanLayout& l, const Cluster&
   const double ends = (first ? 1 : 0) + (last ? 1 : 0);
   const double cross_entropy = last && tp > 1 ? 3 * 2 * (tp - 1) / tp * N * 4 : 0;
   t.tp_bytes = m * (per_all_reduce * (per_block * static_cast<double>(blocks) + ends) + cross_entropy);
-  // Pipeline: one micro-batch's activations (or gradient) per message.
+  // Sequence parallelism: once per step, the replicated tensors' gradients (LayerNorms, the
+  // c_proj biases, wpe, ln_f), which each rank computed from its rows only, are all-reduced.
+  if (l.sequence_parallel && tp > 1) {
+    const std::size_t C = static_cast<std::size_t>(c.channels);
+    const std::size_t replicated = blocks * 6 * C + (first ? static_cast<std::size_t>(c.max_seq_len) * C : 0) +
+                                   (last ? 2 * C : 0);
+    const BlockPartition ring{replicated, l.tp};
+    t.tp_bytes += bytes.grad * static_cast<double>(2 * replicated - ring.size(0) - ring.size(1 % l.tp));
+  }
+  // Pipeline: one micro-batch's activations (or gradient) per message, and once per step the
+  // tied embedding's gradient between the first and the last rank, whole each way.
   t.pp_bytes = m * messages * N * c.channels * bytes.activation / tp;
+  if (l.pp > 1 && (first || last))
+    t.pp_bytes += bytes.grad * static_cast<double>((static_cast<std::size_t>(c.vocab_size) + l.tp - 1) / l.tp) *
+                  c.channels;
   // Links (ranks ordered tp, dp, pp from the fastest-varying).
   const int gpn = cluster.gpus_per_node;
   t.tp_inter = l.tp > gpn;

@@ -2,6 +2,7 @@
 #include "plan/planner.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "core/error.hpp"
@@ -103,9 +104,16 @@ std::vector<PlanResult> plan_layouts(const PlanRequest& q) {
           "no layout of " + q.model.name + " on " + std::to_string(world) + " ranks meets the restrictions given",
           "relax --dp/--tp/--pp/--zero/--micro-batches, or check that the global batch divides by the "
           "data-parallel size");
+  // Fitting layouts by step time; where the model cannot tell two apart (communication hidden
+  // behind the same compute), the one that moves fewer bytes, then the one with more memory to
+  // spare. Those that do not fit by how much they need.
   std::stable_sort(out.begin(), out.end(), [](const PlanResult& a, const PlanResult& b) {
     if (a.fits != b.fits) return a.fits;
-    return a.fits ? a.time.step_s < b.time.step_s : a.memory.total() < b.memory.total();
+    if (!a.fits) return a.memory.total() < b.memory.total();
+    const double scale = std::max(a.time.step_s, b.time.step_s);
+    if (std::abs(a.time.step_s - b.time.step_s) > 1e-9 * scale) return a.time.step_s < b.time.step_s;
+    if (a.traffic.total() != b.traffic.total()) return a.traffic.total() < b.traffic.total();
+    return a.memory.total() < b.memory.total();
   });
   return out;
 }
@@ -126,12 +134,12 @@ std::string plan_table(const PlanRequest& q, const std::vector<PlanResult>& resu
                 q.cluster.efficiency, q.cluster.source.c_str(), q.global_batch, q.precision.c_str(), results.size(),
                 fitting);
   s += line;
-  std::snprintf(line, sizeof line, "%-4s %-52s %8s %8s %8s %8s %8s %9s %9s %9s %7s %9s %6s\n", "#", "layout", "params",
+  std::snprintf(line, sizeof line, "%-4s %-60s %8s %8s %8s %8s %8s %9s %9s %9s %7s %9s %6s\n", "#", "layout", "params",
                 "grads", "optim", "acts", "GiB", "dp GB", "tp GB", "pp GB", "bubble", "step s", "MFU");
   s += line;
   auto row = [&](std::size_t i, const PlanResult& r) {
     const PlanMemory& m = r.memory;
-    std::snprintf(line, sizeof line, "%-4zu %-52s %8s %8s %8s %8s %8s %9.3f %9.3f %9.3f %7.3f %9.4f %5.1f%%\n", i + 1,
+    std::snprintf(line, sizeof line, "%-4zu %-60s %8s %8s %8s %8s %8s %9.3f %9.3f %9.3f %7.3f %9.4f %5.1f%%\n", i + 1,
                   r.layout.describe().c_str(), gib(m.params).c_str(), gib(m.grads).c_str(), gib(m.optimizer).c_str(),
                   gib(m.activations).c_str(), gib(m.total()).c_str(), r.traffic.dp_bytes / 1e9,
                   r.traffic.tp_bytes / 1e9, r.traffic.pp_bytes / 1e9, r.time.bubble, r.time.step_s, 100 * r.time.mfu);
