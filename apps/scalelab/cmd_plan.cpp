@@ -20,7 +20,8 @@ namespace {
 
 struct PlanFlags {
   std::string model = "gpt2-124m", cluster = "h100-sxm", json;
-  int nodes = 1, gpus_per_node = 8, context = 0, top = 10;
+  int nodes = 1, gpus_per_node = 8, top = 10;
+  ShapeOverrides shape;  // --vocab-size, --context, --channels, --layers, --heads (0: the model's)
   double memory_gib = 0, intra_gbps = 0, inter_gbps = 0, peak_tflops = 0, efficiency = 0;
   PlanRequest request;
 };
@@ -28,10 +29,14 @@ struct PlanFlags {
 void run_plan(PlanFlags& f) {
   PlanRequest& q = f.request;
   q.model = plan_model_by_name(f.model);
-  if (f.context > 0) {
+  const ShapeOverrides& o = f.shape;
+  if (o.vocab_size || o.max_seq_len || o.channels || o.num_layers || o.num_heads) {
     const GPTConfig& c = q.model.config;
-    q.model.config = gpt_config_of_shape(c.vocab_size, f.context, c.channels, c.num_layers, c.num_heads,
-                                         c.name + "[T=" + std::to_string(f.context) + "]");
+    auto pick = [](int given, int own) { return given > 0 ? given : own; };
+    q.model.config = gpt_config_of_shape(pick(o.vocab_size, c.vocab_size), pick(o.max_seq_len, c.max_seq_len),
+                                         pick(o.channels, c.channels), pick(o.num_layers, c.num_layers),
+                                         pick(o.num_heads, c.num_heads));
+    q.model.name = q.model.config.name;
   }
   q.cluster = cluster_preset(f.cluster);
   q.cluster.nodes = f.nodes;
@@ -61,7 +66,11 @@ void add_plan_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("plan", "Which layouts of a model fit a cluster: memory, traffic, step time");
   cmd->add_option("--model", f->model, "A named config or a published shape (gpt2-124m ... gpt3-175b)")
       ->capture_default_str();
-  cmd->add_option("--context", f->context, "Sequence length T (0: the model's)");
+  cmd->add_option("--vocab-size", f->shape.vocab_size, "Vocabulary V (0: the model's)");
+  cmd->add_option("--context", f->shape.max_seq_len, "Sequence length T (0: the model's)");
+  cmd->add_option("--channels", f->shape.channels, "Channels C (0: the model's)");
+  cmd->add_option("--layers", f->shape.num_layers, "Layers L (0: the model's)");
+  cmd->add_option("--heads", f->shape.num_heads, "Heads NH (0: the model's)");
   cmd->add_option("--cluster", f->cluster, "h100-sxm, a100-sxm-80gb or h100-measured")->capture_default_str();
   cmd->add_option("--nodes", f->nodes, "Nodes")->capture_default_str();
   cmd->add_option("--gpus-per-node", f->gpus_per_node, "GPUs (ranks) per node")->capture_default_str();

@@ -95,10 +95,15 @@ RunSummary run_training(const TrainOptions& options, const RunOutput& out, Commu
       val = trainer.validation_loss();
       rec["val_loss"] = val;
     }
-    nlohmann::json mem;
-    for (int k = 0; k < kMemCategoryCount; ++k)
+    // The peak so far, and what is held after the step: the steady state the formulas describe
+    // (working buffers that come and go, e.g. ZeRO-3's gathered blocks, are in the peak only).
+    nlohmann::json mem, held;
+    for (int k = 0; k < kMemCategoryCount; ++k) {
       mem[mem_category_name(static_cast<MemCategory>(k))] = tracker.peak(static_cast<MemCategory>(k));
+      held[mem_category_name(static_cast<MemCategory>(k))] = tracker.current(static_cast<MemCategory>(k));
+    }
     rec["peak_bytes"] = mem;
+    rec["bytes_after_step"] = held;
     metrics.write(rec);
     if (out.progress && (i == 0 || last || (s.step - first) % out.log_every == 0)) {
       std::printf("%sstep %5ld/%ld | loss %.4f", out.label.c_str(), s.step, first + options.steps, s.loss);

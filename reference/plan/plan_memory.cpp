@@ -103,13 +103,4 @@ PlanMemory plan_memory(const GPTConfig& c, const PlanLayout& l, int stage) {
   return m;
 }
 
-PlanMemory plan_memory(const GPTConfig& c, const PlanLayout& l) {
-  PlanMemory worst = plan_memory(c, l, 0);
-  for (int r = 1; r < l.pp; ++r) {
-    const PlanMemory m = plan_memory(c, l, r);
-    if (m.total() > worst.total()) worst = m;
-  }
-  return worst;
-}
-
 }  // namespace scalelab

@@ -39,8 +39,7 @@ struct PlanMemory {
 PlanMemory model_state_memory(const StateBytes& bytes, int zero, std::size_t psi, int d);
 // Saved activation elements of one micro-batch on pipeline rank `stage` (chunk 0), tensor-parallel width tp.
 std::size_t plan_activation_elements(const GPTConfig& c, const PlanLayout& layout, int stage);
-// The memory of pipeline rank `stage`, and of the rank with the most (the layout's bottleneck).
+// The memory of pipeline rank `stage`.
 PlanMemory plan_memory(const GPTConfig& c, const PlanLayout& layout, int stage);
-PlanMemory plan_memory(const GPTConfig& c, const PlanLayout& layout);
 
 }  // namespace scalelab

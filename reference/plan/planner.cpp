@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "core/error.hpp"
+#include "schedule/pipeline_schedule.hpp"
 
 namespace scalelab {
 
@@ -31,8 +32,14 @@ std::string gib(double bytes) {
 void evaluate(const PlanRequest& q, const PlanLayout& l, std::vector<PlanResult>& out) {
   PlanResult r;
   r.layout = l;
-  r.memory = plan_memory(q.model.config, l);
-  r.traffic = plan_traffic(q.model.config, l, q.cluster, r.memory.stage);
+  for (int stage = 0; stage < l.pp; ++stage) {
+    r.stage_memory.push_back(plan_memory(q.model.config, l, stage));
+    r.stage_traffic.push_back(plan_traffic(q.model.config, l, q.cluster, stage));
+    if (stage == 0 || r.stage_memory.back().total() > r.memory.total()) {
+      r.memory = r.stage_memory.back();
+      r.traffic = r.stage_traffic.back();
+    }
+  }
   r.time = plan_time(q.model.config, l, q.cluster, r.traffic);
   r.fits = r.memory.total() <= q.cluster.memory_bytes;
   if (!r.fits) {
@@ -67,14 +74,20 @@ std::vector<PlanResult> plan_layouts(const PlanRequest& q) {
       const int dp = world / (tp * pp);
       if (!wanted(q.dp, dp) || q.global_batch % dp != 0) continue;
       const int rows = q.global_batch / dp;
+      // GPipe (afab) has 1F1B's bubble and more memory, so it is searched only when asked for.
       std::vector<std::string> schedules = {"1f1b"};
-      if (pp > 1) schedules = {"1f1b", "zb-h1", "interleaved:2"};
+      if (pp > 1)
+        schedules = q.schedule.empty() ? std::vector<std::string>{"1f1b", "zb-h1", "interleaved:2"}
+                                       : std::vector<std::string>{q.schedule};
       for (int b : divisors(rows)) {
         const int m = rows / b;
         if (!wanted(q.micro_batches, m)) continue;
         for (const std::string& schedule : schedules) {
-          if (!q.schedule.empty() && pp > 1 && schedule != q.schedule) continue;
-          if (schedule == "interleaved:2" && (m % pp != 0 || 2 * pp > c.num_layers)) continue;
+          if (pp >
+              1) {  // interleaving needs m a multiple of p (checked first: parsing refuses it) and a block per chunk
+            if (schedule.rfind("interleaved", 0) == 0 && m % pp != 0) continue;
+            if (parse_pipeline_schedule(schedule, pp, m).model_stages() > c.num_layers) continue;
+          }
           for (int zero = 0; zero <= 3; ++zero) {
             if (q.zero >= 0 ? zero != q.zero : (zero > 0 && dp == 1)) continue;
             if (pp > 1 && zero > 1) continue;
@@ -162,6 +175,15 @@ nlohmann::json plan_json(const PlanRequest& q, const std::vector<PlanResult>& re
   nlohmann::json layouts = nlohmann::json::array();
   for (const PlanResult& r : results) {
     const PlanLayout& l = r.layout;
+    nlohmann::json stages = nlohmann::json::array();
+    for (std::size_t k = 0; k < r.stage_memory.size(); ++k) {
+      const PlanMemory& m = r.stage_memory[k];
+      stages.push_back({{"params", m.params},
+                        {"grads", m.grads},
+                        {"optimizer", m.optimizer},
+                        {"activations", m.activations},
+                        {"bytes_sent", r.stage_traffic[k].total()}});
+    }
     layouts.push_back({{"layout", l.describe()},
                        {"dp", l.dp},
                        {"tp", l.tp},
@@ -182,6 +204,7 @@ nlohmann::json plan_json(const PlanRequest& q, const std::vector<PlanResult>& re
                          {"optimizer", r.memory.optimizer},
                          {"activations", r.memory.activations},
                          {"total", r.memory.total()}}},
+                       {"per_pipeline_rank", stages},
                        {"bytes_sent_per_rank",
                         {{"dp", r.traffic.dp_bytes},
                          {"tp", r.traffic.tp_bytes},

@@ -5,8 +5,9 @@
 //
 // The rules, as real systems have them: t divides the heads and the channels and stays inside a
 // node; p <= L; d = world / (t p) divides the global batch; the micro-batch rows b divide the
-// rows of a replica (m = rows / b micro-batches); interleaving (v = 2) needs m a multiple of p
-// and 2p <= L; ZeRO needs d > 1, and only stage 1 goes with a pipeline (Megatron-LM's
+// rows of a replica (m = rows / b micro-batches); schedules 1f1b, zb-h1 and interleaved:2 (GPipe,
+// afab, only when asked for: it has 1F1B's bubble and more memory), interleaving needing m a
+// multiple of p and v p <= L; ZeRO needs d > 1, and only stage 1 goes with a pipeline (Megatron-LM's
 // distributed optimizer; DeepSpeed refuses stages 2 and 3 with pipelining: the gradients are
 // needed whole across the micro-batches of a step).
 #pragma once
@@ -37,8 +38,11 @@ struct PlanRequest {
 
 struct PlanResult {
   PlanLayout layout;
-  PlanMemory memory;  // the pipeline rank with the most
-  PlanTraffic traffic;
+  PlanMemory memory;    // the pipeline rank with the most
+  PlanTraffic traffic;  // that rank's
+  // Every pipeline rank's (one entry without a pipeline), for comparisons with a run's ranks.
+  std::vector<PlanMemory> stage_memory;
+  std::vector<PlanTraffic> stage_traffic;
   PlanTime time;
   bool fits = false;
   std::string overflow;  // what does not fit, when it does not
