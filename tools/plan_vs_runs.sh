@@ -26,7 +26,7 @@ run() {
     --metrics "$out/$name.jsonl" > "$out/$name.log" 2>&1 || { cat "$out/$name.log"; exit 1; }
   local restrict=(--dp "$dp" --tp "$tp" --pp "$pp" --zero "$zero" --micro-batches "$m" --checkpoint none)
   [ "$pp" -gt 1 ] && restrict+=(--schedule "$schedule")
-  "$cli" plan --model tiny --vocab-size 256 --nodes 1 --gpus-per-node "$ranks" --batch "$batch" --precision fp32 \
+  "$cli" plan --model tiny --vocab-size 256 --nodes 1 --gpus-per-node "$ranks" --batch "$batch" --precision fp32 --attention naive \
     "${restrict[@]}" --json "$out/$name.plan.json" > /dev/null
   printf '{"name": "%s", "ranks": %d, "dp": %d, "tp": %d, "pp": %d, "zero": %d, "micro_batches": %d, "schedule": "%s", "sequence_parallel": %s, "metrics": "%s.jsonl", "plan": "%s.plan.json"}\n' \
     "$name" "$ranks" "$dp" "$tp" "$pp" "$zero" "$m" "$([ "$pp" -gt 1 ] && echo "$schedule" || echo none)" \

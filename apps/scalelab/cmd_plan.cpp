@@ -81,6 +81,7 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--efficiency", f->efficiency, "Fraction of the peak the compute reaches (0: the preset's)");
   cmd->add_option("--batch", f->request.global_batch, "Global batch in sequences")->capture_default_str();
   cmd->add_option("--precision", f->request.precision, "fp32, bf16 or bf16-fp32-grads")->capture_default_str();
+  cmd->add_option("--attention", f->request.attention, "flash, chunked or naive (stage 08)")->capture_default_str();
   cmd->add_option("--dp", f->request.dp, "Only this data-parallel size (0: any)");
   cmd->add_option("--tp", f->request.tp, "Only this tensor-parallel size (0: any)");
   cmd->add_option("--pp", f->request.pp, "Only this pipeline size (0: any)");

@@ -21,6 +21,7 @@ std::string PlanLayout::describe() const {
   if (zero > 0) s += " zero" + std::to_string(zero);
   if (sequence_parallel) s += " sp";
   if (checkpoint.kind != CheckpointPolicy::Kind::kNone) s += " ckpt:" + checkpoint.describe();
+  if (attention != AttentionKind::kNaive) s += std::string(" ") + attention_kind_name(attention);
   return s + " " + precision;
 }
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "model/checkpoint_policy.hpp"
+#include "model/layers/attention_kind.hpp"
 
 namespace scalelab {
 
@@ -25,6 +26,7 @@ struct PlanLayout {
   int zero = 0;                    // ZeRO stage over the data-parallel group (stage 07)
   bool sequence_parallel = false;  // stage 06
   CheckpointPolicy checkpoint;     // stage 02
+  AttentionKind attention = AttentionKind::kNaive;  // stage 08: naive saves B NH T^2, chunked/flash B NH T
   std::string precision = "bf16";
 
   int world() const { return dp * tp * pp; }

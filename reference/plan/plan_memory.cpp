@@ -22,7 +22,8 @@ std::size_t chunk_activation_elements(const GPTConfig& c, const PlanLayout& l, i
   const std::size_t T = static_cast<std::size_t>(c.max_seq_len), C = static_cast<std::size_t>(c.channels);
   const std::size_t N = b * T, rows = l.sequence_parallel ? N / t : N, Cl = C / t;
   const std::size_t heads = static_cast<std::size_t>(c.num_heads) / t;
-  const std::size_t att = heads * b * T * T;
+  const std::size_t att = static_cast<std::size_t>(attention_activation_elems(
+      l.attention, static_cast<std::int64_t>(b), static_cast<std::int64_t>(heads), static_cast<std::int64_t>(T)));
   const std::size_t block = 2 * N * C + 2 * rows * C + 12 * N * Cl + 4 * rows + att;
   const std::size_t Vl = (static_cast<std::size_t>(c.vocab_size) + t - 1) / t;
   const bool head = s == S - 1;

@@ -62,9 +62,15 @@ std::vector<PlanResult> plan_layouts(const PlanRequest& q) {
   require(q.global_batch >= 1, "batch", "must be >= 1 sequence, got " + std::to_string(q.global_batch),
           "pass e.g. --batch 512");
   const int world = q.cluster.world();
+  const AttentionKind attention = parse_attention_kind(q.attention);
   std::vector<CheckpointPolicy> policies;
-  for (const char* name : {"none", "selective", "sqrt"})
-    if (q.checkpoint.empty() || q.checkpoint == name) policies.push_back(CheckpointPolicy::parse(name));
+  // The selective policy recomputes the T x T probabilities, which chunked and flash attention
+  // never save: with them it is the same as none.
+  const bool tiled = attention != AttentionKind::kNaive;
+  for (const std::string name : {"none", "selective", "sqrt"}) {
+    const bool redundant = tiled && name == "selective";
+    if ((q.checkpoint.empty() && !redundant) || q.checkpoint == name) policies.push_back(CheckpointPolicy::parse(name));
+  }
   if (policies.empty()) policies.push_back(CheckpointPolicy::parse(q.checkpoint));
   std::vector<PlanResult> out;
   for (int tp : divisors(std::min(world, q.cluster.gpus_per_node))) {
@@ -105,6 +111,7 @@ std::vector<PlanResult> plan_layouts(const PlanRequest& q) {
                 l.sequence_parallel = sp;
                 l.checkpoint = policy;
                 l.precision = q.precision;
+                l.attention = attention;
                 evaluate(q, l, out);
               }
             }
@@ -195,6 +202,7 @@ nlohmann::json plan_json(const PlanRequest& q, const std::vector<PlanResult>& re
                        {"sequence_parallel", l.sequence_parallel},
                        {"checkpoint", l.checkpoint.describe()},
                        {"precision", l.precision},
+                       {"attention", attention_kind_name(l.attention)},
                        {"fits", r.fits},
                        {"overflow", r.overflow},
                        {"memory_bytes",

@@ -31,6 +31,9 @@ struct PlanRequest {
   Cluster cluster;
   int global_batch = 512;  // sequences per optimizer step
   std::string precision = "bf16";
+  // Stage 08: "flash" (what large runs use; the attention saves B NH T), "chunked" or "naive"
+  // (this kit's default for training, B NH T^2).
+  std::string attention = "flash";
   // Restrictions (0, or empty: any).
   int dp = 0, tp = 0, pp = 0, zero = -1, micro_batches = 0;
   std::string schedule, checkpoint;

@@ -124,3 +124,20 @@ TEST_CASE("tensor-parallel bytes follow stage 06's ledger: 4 all-reduces of N C 
     CHECK(plan_traffic(c, l, cluster, 0).tp_bytes == Approx(want).epsilon(1e-12));
   }
 }
+
+TEST_CASE("chunked and flash attention save B NH T per block where naive saves B NH T^2 (stage 08)", "[plan]") {
+  for (const GPTConfig& c : shapes())
+    for (int t : {1, 2}) {
+      if (c.num_heads % t != 0) continue;
+      PlanLayout naive;
+      naive.tp = t;
+      naive.micro_rows = 3;
+      PlanLayout flash = naive;
+      flash.attention = AttentionKind::kFlash;
+      const std::size_t heads = static_cast<std::size_t>(c.num_heads / t), T = static_cast<std::size_t>(c.max_seq_len);
+      const std::size_t per_block = heads * 3 * T * T - heads * 3 * T;
+      INFO(c.name << ", t " << t);
+      CHECK(plan_activation_elements(c, naive, 0) - plan_activation_elements(c, flash, 0) ==
+            static_cast<std::size_t>(c.num_layers) * per_block);
+    }
+}

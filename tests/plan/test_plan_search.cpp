@@ -33,6 +33,8 @@ TEST_CASE("every layout obeys the rules, and the ranking puts the fitting ones f
     CHECK(l.tp <= q.cluster.gpus_per_node);
     CHECK((l.pp == 1 || l.zero <= 1));
     CHECK((l.zero == 0 || l.dp > 1));
+    CHECK(l.attention == AttentionKind::kFlash);                     // the request's default
+    CHECK(l.checkpoint.kind != CheckpointPolicy::Kind::kSelective);  // nothing to recompute under flash
     CHECK(r.fits == (r.memory.total() <= q.cluster.memory_bytes));
     if (!r.fits) seen_unfit = true;
     CHECK(!(seen_unfit && r.fits));  // no fitting layout after an unfitting one
@@ -83,6 +85,9 @@ TEST_CASE("bad requests name the flag and the fix", "[plan]") {
   q = request("gpt2-124m", 1);
   q.cluster.efficiency = 2;
   CHECK_THROWS_WITH(plan_layouts(q), Contains("efficiency") && Contains("(0, 1]"));
+  q = request("gpt2-124m", 1);
+  q.attention = "sparse";
+  CHECK_THROWS_WITH(plan_layouts(q), Contains("--attention") && Contains("flash"));
   q = request("gpt2-124m", 1);
   q.global_batch = 0;
   CHECK_THROWS_WITH(plan_layouts(q), Contains("batch: must be >= 1"));
