@@ -15,9 +15,21 @@ namespace {
 // ZeRO shards the data-parallel group's state; in this build that group is the world.
 void refuse_zero_compositions(const ParallelOptions& p) {
   if (p.zero == 0) return;
+  const std::string zero = "--zero " + std::to_string(p.zero);
+  // Refused by design, as DeepSpeed refuses it: a pipeline runs every micro-batch's backward into
+  // the same gradients, and ZeRO-2 would reduce-scatter (and ZeRO-3 regather the parameters) once
+  // per micro-batch per stage, multiplying the traffic by m for nothing.
+  require(p.pp == 1 || p.zero == 1, "zero",
+          zero + " with --pp " + std::to_string(p.pp) +
+              ": a pipeline accumulates every micro-batch's gradients, which ZeRO-2 and -3 would shard and "
+              "reduce once per micro-batch (m times the traffic; DeepSpeed refuses this combination too)",
+          "drop --pp to use ZeRO-" + std::to_string(p.zero) +
+              ", or drop --zero to keep the pipeline (real systems pair a pipeline with ZeRO-1, Megatron-LM's "
+              "distributed optimizer, which this kit does not build yet)");
   require(p.tp == 1 && p.pp == 1, "zero",
-          "--zero " + std::to_string(p.zero) + " with --tp " + std::to_string(p.tp) + " --pp " + std::to_string(p.pp) +
-              ": ZeRO does not compose with tensor or pipeline parallelism in this build",
+          zero + " with --tp " + std::to_string(p.tp) + " --pp " + std::to_string(p.pp) +
+              ": ZeRO does not compose with tensor or pipeline parallelism in this build yet (the planner, "
+              "scalelab plan, prices these layouts)",
           "use --zero with data parallelism alone (--tp 1 --pp 1)");
 }
 

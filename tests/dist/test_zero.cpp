@@ -421,6 +421,15 @@ TEST_CASE("bad ZeRO settings and files fail with one clear message", "[zero_erro
     o.parallel.tp = 2;
     CHECK_THROWS_WITH(check_parallel_options(o, world.size()),
                       Catch::Contains("does not compose with tensor or pipeline parallelism"));
+    // ZeRO-2 and -3 with a pipeline: refused by design, and the message says why.
+    o.parallel.tp = 1;
+    o.parallel.pp = 2;
+    o.parallel.zero = 2;
+    o.grad_accum = 2;
+    CHECK_THROWS_WITH(check_parallel_options(o, world.size()),
+                      Catch::Contains("zero: --zero 2 with --pp 2") && Catch::Contains("DeepSpeed refuses") &&
+                          Catch::Contains("drop --pp to use ZeRO-2"));
+    o.grad_accum = 1;
   }
   // A shard file read as a whole checkpoint says how to resume it.
   const std::string path = std::filesystem::temp_directory_path() /
