@@ -426,9 +426,9 @@ TEST_CASE("bad ZeRO settings and files fail with one clear message", "[zero_erro
     o.parallel.pp = 2;
     o.parallel.zero = 2;
     o.grad_accum = 2;
-    CHECK_THROWS_WITH(check_parallel_options(o, world.size()),
-                      Catch::Contains("zero: --zero 2 with --pp 2") && Catch::Contains("DeepSpeed refuses") &&
-                          Catch::Contains("drop --pp to use ZeRO-2"));
+    CHECK_THROWS_WITH(check_parallel_options(o, world.size()), Catch::Contains("zero: --zero 2 with --pp 2") &&
+                                                                   Catch::Contains("DeepSpeed refuses") &&
+                                                                   Catch::Contains("drop --pp to use ZeRO-2"));
     o.grad_accum = 1;
   }
   // A shard file read as a whole checkpoint says how to resume it.
