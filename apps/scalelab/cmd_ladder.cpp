@@ -237,10 +237,11 @@ void add_ladder_command(CLI::App& app) {
       out.push_back(row);
     }
 
-    std::printf("\n%-6s %-22s %8s %8s %10s %8s %8s %8s %8s %9s %8s\n", "stage", "technique", "loss", "val", "|dloss|00",
-                "params", "grads", "optim", "acts", "workspace", "tok/s");
-    std::printf("%-6s %-22s %8s %8s %10s %8s %8s %8s %8s %9s %8s\n", "", "", "", "", "max", "MiB", "MiB", "MiB", "MiB",
-                "MiB", "");
+    // Per rung: its ranks, rank 0's peak memory by category, and what rank 0 sent per step.
+    std::printf("\n%-6s %-22s %5s %8s %8s %10s %8s %8s %8s %8s %9s %8s %8s\n", "stage", "technique", "ranks", "loss",
+                "val", "|dloss|00", "params", "grads", "optim", "acts", "workspace", "sent", "tok/s");
+    std::printf("%-6s %-22s %5s %8s %8s %10s %8s %8s %8s %8s %9s %8s %8s\n", "", "", "", "", "", "max", "MiB", "MiB",
+                "MiB", "MiB", "MiB", "MB/step", "");
     for (const auto& row : out) {
       const auto& pb = row["peak_bytes"];
       const auto& d = row["max_loss_diff_vs_00"];
@@ -249,12 +250,17 @@ void add_ladder_command(CLI::App& app) {
         std::snprintf(diff, sizeof diff, "%10s", "-");
       else
         std::snprintf(diff, sizeof diff, "%10.2e", d.get<double>());
-      std::printf("%-6s %-22s %8.4f %8.4f %s %8.2f %8.2f %8.2f %8.2f %9.2f %8.0f\n",
+      char sent[32];
+      if (row.contains("comm_bytes_per_step"))
+        std::snprintf(sent, sizeof sent, "%8.2f", row["comm_bytes_per_step"].get<double>() / 1e6);
+      else
+        std::snprintf(sent, sizeof sent, "%8s", "-");
+      std::printf("%-6s %-22s %5d %8.4f %8.4f %s %8.2f %8.2f %8.2f %8.2f %9.2f %s %8.0f\n",
                   row["stage"].get<std::string>().c_str(), row["name"].get<std::string>().c_str(),
-                  row["final_loss"].get<double>(), row["val_loss"].get<double>(), diff,
+                  row["ranks"].get<int>(), row["final_loss"].get<double>(), row["val_loss"].get<double>(), diff,
                   mib(pb["params"].get<std::size_t>()), mib(pb["grads"].get<std::size_t>()),
                   mib(pb["optimizer"].get<std::size_t>()), mib(pb["activations"].get<std::size_t>()),
-                  mib(pb["workspace"].get<std::size_t>()), row["tokens_per_s"].get<double>());
+                  mib(pb["workspace"].get<std::size_t>()), sent, row["tokens_per_s"].get<double>());
     }
     for (const auto& row : out)
       if (row["stage"] == "05")
