@@ -18,7 +18,11 @@
 #include "compare.hpp"
 #include "core/error.hpp"
 #include "dist/tp_model.hpp"
+#include "model/attention_block.hpp"
 #include "model/gpt.hpp"
+#include "model/layers/attention.hpp"
+#include "model/layers/attention_chunked.hpp"
+#include "model/layers/attention_flash.hpp"
 #include "optim/adamw.hpp"
 #include "train/fp32_model.hpp"
 #include "train/train_options.hpp"
@@ -329,5 +333,40 @@ TEST_CASE("attention settings that cannot run are refused naming the setting and
     const auto model = make_train_model(config, "fp32", &tracker);
     for (const AttentionKind kind : {AttentionKind::kNaive, AttentionKind::kChunked, AttentionKind::kFlash})
       CHECK_NOTHROW(model->set_attention(kind));
+  }
+}
+
+TEST_CASE("each kind's blocks run its own kernel and save what it says", "[attention_model]") {
+  // The comparisons above would pass if flash ran the chunked kernel (both equal naive within the
+  // tolerance): here block 0's saved lse and attention output must be, bit for bit, what the
+  // kind's kernel gives on the block's saved qkv, and naive must keep att and no lse.
+  const Batch batch = random_batch(kShape.V, kB, kT, 5);
+  const int C = kShape.C, NH = kShape.NH;
+  const std::size_t BTC = static_cast<std::size_t>(kB) * kT * C, lse_n = static_cast<std::size_t>(kB) * NH * kT;
+  for (const AttentionKind kind : {AttentionKind::kNaive, AttentionKind::kChunked, AttentionKind::kFlash}) {
+    MemoryTracker tracker;
+    GPT model(config_from(kShape), &tracker);
+    model.init_weights(kSeed);
+    model.set_attention(kind);
+    model.forward(batch.tokens.data(), batch.targets.data(), kB, kT);
+    const BlockActs<float>& a = model.acts().blocks[0];
+    INFO("--attention " << attention_kind_name(kind));
+    std::vector<float> out(BTC), lse(lse_n), att(static_cast<std::size_t>(kB) * NH * kT * kT);
+    if (kind == AttentionKind::kNaive) {
+      REQUIRE(a.att != nullptr);
+      CHECK(a.lse == nullptr);
+      attention_forward(out.data(), att.data(), a.qkv, kB, kT, C, NH);
+      CHECK_MATCH(compare_bitwise("naive block's att vs attention_forward", a.att, att.data(), att.size()));
+    } else {
+      CHECK(a.att == nullptr);
+      REQUIRE(a.lse != nullptr);
+      std::vector<float> scratch(attention_scratch_elements(kind, kT));
+      if (kind == AttentionKind::kChunked)
+        attention_chunked_forward(out.data(), lse.data(), scratch.data(), a.qkv, kB, kT, C, NH, kAttentionChunk);
+      else
+        attention_flash_forward(out.data(), lse.data(), scratch.data(), a.qkv, kB, kT, C, NH);
+      CHECK_MATCH(compare_bitwise("block's lse vs its kernel's", a.lse, lse.data(), lse_n));
+    }
+    CHECK_MATCH(compare_bitwise("block's attention output vs its kernel's", a.atty, out.data(), BTC));
   }
 }

@@ -90,6 +90,15 @@ TEST_CASE("scalelab train refuses a bad parallel layout before reading any data"
       {"train --options-file /no/options.json --steps 3",
        "error: options_file: --options-file gives every option, and --steps was given too"},
       {"ladder --ranks 3 --stages 04", "error: batch: 8 rows do not split into 3 ranks x 1 micro-batches"},
+      // Stage 08: the attention's name, its combination with selective checkpointing, and a model
+      // without chunked or flash attention (refused when the model is built, before any step).
+      {"train --attention bogus", "error: --attention: unknown attention 'bogus'; use naive, chunked or flash"},
+      {"train --attention flash --checkpoint selective",
+       "error: checkpoint: --checkpoint selective recomputes the (B,NH,T,T) attention probabilities, which "
+       "--attention flash never stores"},
+      {"train --attention chunked --precision bf16 --steps 1",
+       "error: attention: --attention chunked is not built for the bf16 model in this build (only the fp32 CPU model "
+       "runs it); use --attention naive, or --precision fp32"},
   };
   for (const auto& c : cases) {
     const CliResult r = run_cli(c.args);
