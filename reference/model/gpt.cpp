@@ -298,6 +298,10 @@ void GPTModel<F>::backward_blocks(const ParamView<F>& w, const ParamView<F>& g) 
 template <typename F>
 void GPTModel<F>::block_backward_at(int l, const BlockActs<F>& a, const F* x, const ParamView<F>& w,
                                     const ParamView<F>& g) {
+  // The saved activations are laid out for the kind of their forward (att or lse).
+  SCALELAB_CHECK(acts_.attention == attention_, "set_attention(", attention_kind_name(attention_),
+                 ") between a forward with ", attention_kind_name(acts_.attention),
+                 " attention and its backward: change the kind between steps");
   before_block(l, true);
   block_fns_.backward(dres_, g.blocks[l], a, w.blocks[l], x, scratch_, acts_.B, acts_.T, config_.channels,
                       config_.num_heads);  // block_backward, or stage 08's (set_attention)
@@ -340,6 +344,9 @@ void GPTModel<F>::backward_input(const F* doutput, F loss_scale) {
   SCALELAB_CHECK(acts_.B > 0, "backward_input() called before forward_slice()");
   SCALELAB_CHECK(policy_.kind == CheckpointPolicy::Kind::kNone,
                  "the split backward reads saved activations: it runs without checkpointing");
+  SCALELAB_CHECK(acts_.attention == attention_, "set_attention(", attention_kind_name(attention_),
+                 ") between a forward with ", attention_kind_name(acts_.attention),
+                 " attention and its backward: change the kind between steps");
   const int B = acts_.B, T = acts_.T, C = config_.channels, NH = config_.num_heads;
   const int N = B * T;
   tape_.reserve(static_cast<std::size_t>(num_blocks()) * block_tape_elements(B, T, C), tracker_);

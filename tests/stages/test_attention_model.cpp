@@ -370,3 +370,14 @@ TEST_CASE("each kind's blocks run its own kernel and save what it says", "[atten
     CHECK_MATCH(compare_bitwise("block's attention output vs its kernel's", a.atty, out.data(), BTC));
   }
 }
+
+TEST_CASE("changing the attention kind between a forward and its backward is caught", "[attention_model]") {
+  const Batch batch = random_batch(kShape.V, kB, kT, 5);
+  MemoryTracker tracker;
+  GPT model(config_from(kShape), &tracker);
+  model.init_weights(kSeed);
+  model.forward(batch.tokens.data(), batch.targets.data(), kB, kT);
+  model.set_attention(AttentionKind::kFlash);  // the saved activations hold att, not lse
+  CHECK_THROWS_WITH(model.backward(), Catch::Contains("set_attention(flash) between a forward with naive attention "
+                                                      "and its backward"));
+}
