@@ -79,6 +79,8 @@ void add_train_flags(CLI::App* cmd, TrainFlags& f, bool parallel) {
   add(cmd->add_option("--threads", o.threads, "BLAS threads"));
   add(cmd->add_option("--grad-accum", o.grad_accum, "Stage 01: micro-batches per step"));
   add(cmd->add_option("--checkpoint", f.checkpoint, "Stage 02: none, every, every:K, sqrt or selective"));
+  add(cmd->add_option("--attention", o.attention,
+                      "Stage 08: naive (saves B*NH*T*T probabilities), chunked or flash (save B*NH*T)"));
   add(cmd->add_option("--precision", o.precision, "Stage 03: fp32, bf16 or fp16"));
   add(cmd->add_option("--device", o.device, "cpu, or cuda (a build with CUDA and a GPU)"));
   add(cmd->add_option("--init", o.init_weights, "Start from these weights (safetensors, nanoGPT names)"));

@@ -58,10 +58,10 @@ RunSummary run_training(const TrainOptions& options, const RunOutput& out, Commu
   if (out.progress)
     std::printf(
         "%sconfig %s (V=%d T=%d C=%d L=%d NH=%d), %zu parameters, batch %d x %d tokens, %s, grad-accum %d, "
-        "checkpoint %s, device %s\n",
+        "checkpoint %s, attention %s, device %s\n",
         out.label.c_str(), c.name.c_str(), c.vocab_size, trainer.seq_len(), c.channels, c.num_layers, c.num_heads,
         summary.num_params, options.batch, trainer.seq_len(), options.precision.c_str(), options.grad_accum,
-        options.checkpoint.describe().c_str(), device_label(options.device).c_str());
+        options.checkpoint.describe().c_str(), options.attention.c_str(), device_label(options.device).c_str());
   if (out.progress && !(trainer.lr_schedule() == LrSchedule{}))
     std::printf("%slr schedule: %s, peak %g\n", out.label.c_str(),
                 trainer.lr_schedule().describe(trainer.schedule_steps()).c_str(), options.adamw.lr);

@@ -76,6 +76,10 @@ void PipelineStageModel::set_checkpoint_policy(const CheckpointPolicy& policy) {
   for (auto& c : chunks_) c->set_checkpoint_policy(policy);
 }
 
+void PipelineStageModel::set_attention(AttentionKind kind) {
+  for (auto& c : chunks_) c->set_attention(kind);
+}
+
 void PipelineStageModel::init_weights(std::uint64_t seed) {
   for (auto& c : chunks_) c->init_weights(seed);  // each tensor as the whole model's initialisation gives it
 }

@@ -52,6 +52,7 @@ class PipelineStageModel final : public TrainModel {
   void backward(double loss_scale) override;
   void zero_grad() override;
   void set_checkpoint_policy(const CheckpointPolicy& policy) override;
+  void set_attention(AttentionKind kind) override;  // every chunk's (stage 08)
   void init_weights(std::uint64_t seed) override;
   const float* master_params() const override { return params_.data(); }
   float* params() { return params_.data(); }

@@ -196,4 +196,12 @@ TrainModel::StepOutcome TensorParallelModel::optimizer_step(AdamW& optimizer, do
   return fp32_optimizer_step(optimizer, params_.data(), grads_.data(), params_.size(), lr, grad_scale, clip, norm_of);
 }
 
+void TensorParallelModel::set_attention(AttentionKind kind) {
+  require(kind == AttentionKind::kNaive, "attention",
+          std::string("--attention ") + attention_kind_name(kind) +
+              " is not built for tensor parallelism (--tp) in this build: its blocks split the heads with naive "
+              "attention",
+          "use --attention naive, or --tp 1");
+}
+
 }  // namespace scalelab

@@ -59,6 +59,9 @@ class TensorParallelModel final : public TrainModel, private BlockRunner {
   void finish_gradients() { sum_sequence_parallel_grads(tp_, shard_, grads_.data(), staging_); }
   void zero_grad() override;
   void set_checkpoint_policy(const CheckpointPolicy& policy) override { policy_ = policy; }
+  // Stage 08: naive only; chunked and flash are refused naming --tp (its blocks are its own,
+  // split by heads, and do not take model/attention_block.hpp's functions).
+  void set_attention(AttentionKind kind) override;
   // The whole model's GPT-2 initialisation, then this rank's part: the same start as stage 00.
   void init_weights(std::uint64_t seed) override;
   const float* master_params() const override { return params_.data(); }

@@ -60,6 +60,8 @@ class ZeroModel final : public TrainModel {
   void backward(double loss_scale) override;
   void zero_grad() override;
   void set_checkpoint_policy(const CheckpointPolicy& policy) override { gpt_.set_checkpoint_policy(policy); }
+  // Stage 08. Here in the header, not in zero_model.cpp, which is lab 07's file.
+  void set_attention(AttentionKind kind) override { gpt_.set_attention(kind); }
   // The whole model's GPT-2 initialisation; this rank keeps what its stage keeps.
   void init_weights(std::uint64_t seed) override;
   // This rank's shard of the parameters (shards().size() values).

@@ -27,6 +27,9 @@ struct BlockActs {
   F* fch;        // (B,T,4C)   mlp_fc output
   F* fch_gelu;   // (B,T,4C)
   F* residual3;  // (B,T,C)    the block's output (the next block's input)
+  // Stage 08 (model/attention_block.hpp): chunked and flash attention save this instead of att.
+  // Not part of carve_block_acts: the GPU's blocks, which share that carve, have naive attention.
+  F* lse = nullptr;  // (B,NH,T)  log-sum-exp of each query's scaled scores
 };
 
 // Number of elements of one block's saved activations: 16 BTC + 4 BT + NH B T T.
@@ -65,7 +68,8 @@ struct BlockScratch {
   F* proj;   // (B,T,C)  projection output before the residual add (forward)
   F* dbtc;   // (B,T,C)  gradient of ln1/ln2/atty outputs
   F* dwide;  // (B,T,4C) gradient of fch/fch_gelu, and of qkv (3C of the 4C)
-  F* dtt;    // (T,T)    attention score gradient of one (batch, head)
+  F* dtt;    // (T,T)    attention score gradient of one (batch, head); stage 08: the chunked
+             //          or flash attention's workspace (attention_scratch_elements)
 };
 
 // Forward of block `w` on input x (B,T,C); fills `a`.

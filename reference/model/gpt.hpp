@@ -14,10 +14,12 @@
 #include <vector>
 
 #include "core/memory.hpp"
+#include "model/attention_block.hpp"
 #include "model/block.hpp"
 #include "model/block_walk.hpp"
 #include "model/checkpoint_policy.hpp"
 #include "model/config.hpp"
+#include "model/layers/attention_kind.hpp"
 #include "model/params.hpp"
 #include "model/slice.hpp"
 #include "model/split_backward.hpp"
@@ -28,11 +30,13 @@ namespace scalelab {
 // Without checkpointing every block has its own BlockActs; with a segment policy (stage 02)
 // only `boundaries` (segment inputs) persist and `blocks` holds one segment's worth of slots
 // that are refilled by recomputation during backward; with the selective policy all blocks
-// share one attention-probabilities buffer.
+// share one attention-probabilities buffer. With chunked or flash attention (stage 08) each
+// block keeps lse (B,NH,T) where naive keeps att (B,NH,T,T).
 template <typename F>
 struct Activations {
   int B = 0, T = 0;
   CheckpointPolicy policy;
+  AttentionKind attention = AttentionKind::kNaive;
   F* encoded;                        // (B,T,C)  the first block's input: the embeddings' output
                                      //          (a slice without embeddings: a copy of its input)
   std::vector<BlockActs<F>> blocks;  // L of them; one segment's worth when checkpointing
@@ -66,6 +70,11 @@ std::size_t activation_elements(const GPTConfig& config, int B, int T, const Che
 // The same for a slice: its blocks, its input (B,T,C), and the head's part only with the head.
 std::size_t activation_elements(const GPTConfig& config, int B, int T, const CheckpointPolicy& policy,
                                 const ModelSlice& slice);
+// The same for an attention kind (stage 08): each block's L NH B T T becomes L NH B T with
+// chunked or flash (block_act_elements of model/attention_block.hpp). The overloads above are
+// this one with naive attention. (Defined in model/gpt_attention.cpp.)
+std::size_t activation_elements(const GPTConfig& config, int B, int T, const CheckpointPolicy& policy,
+                                const ModelSlice& slice, AttentionKind attention);
 
 // GPT-2 initialisation of a flat buffer laid out by `layout`: weights N(0, 0.02), residual
 // projections (c_proj) N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weights 1. Deterministic in the seed.
@@ -148,8 +157,22 @@ class GPTModel : private BlockRunner {
   void backward_weight();
 
   // Stage 02: which activations forward keeps (default: all). Takes effect at the next forward.
-  void set_checkpoint_policy(const CheckpointPolicy& policy) { policy_ = policy; }
+  // Selective with chunked or flash attention is refused (check_attention_policy).
+  void set_checkpoint_policy(const CheckpointPolicy& policy) {
+    check_attention_policy(attention_, policy);
+    policy_ = policy;
+  }
   const CheckpointPolicy& checkpoint_policy() const { return policy_; }
+
+  // Stage 08: which attention the blocks run (default naive). The block functions are picked
+  // here, once (model/attention_block.hpp); forward, backward, the checkpoint walk's recompute
+  // and the split backward all call them. Takes effect at the next forward.
+  void set_attention(AttentionKind kind) {
+    check_attention_policy(kind, policy_);
+    attention_ = kind;
+    block_fns_ = block_functions<F>(kind);
+  }
+  AttentionKind attention() const { return attention_; }
 
   // Called during backward each time a suffix of the flat gradient buffer is final: with offset
   // o, gradients [o, num_params) will not change again in this backward (ln_f first, then each
@@ -211,7 +234,8 @@ class GPTModel : private BlockRunner {
   ParamView<F> w_, g_;        // named views of param_data_ and grad_data_
   Buffer<F> act_buffer_, scratch_buffer_;
   int scratch_B_ = 0, scratch_T_ = 0;  // what scratch_buffer_ is sized for
-  WeightGradTape<F> tape_;             // backward_input's deferred products
+  AttentionKind scratch_attention_ = AttentionKind::kNaive;
+  WeightGradTape<F> tape_;  // backward_input's deferred products
   // Stage 05: activations of micro-batches in flight, by key.
   struct SavedForward {
     Buffer<F> act_buffer;
@@ -227,6 +251,8 @@ class GPTModel : private BlockRunner {
   F* dlogits_ = nullptr;  // (B,T,V)  (null without the head)
   std::vector<int> tokens_, targets_;
   CheckpointPolicy policy_;
+  AttentionKind attention_ = AttentionKind::kNaive;                          // stage 08
+  BlockFunctions<F> block_fns_ = block_functions<F>(AttentionKind::kNaive);  // attention_'s
   std::function<void(std::size_t)> grad_ready_hook_;
   std::function<void(int, bool)> block_hook_;
   std::vector<std::size_t> block_offsets_;  // flat offset of each block's first parameter

@@ -3,7 +3,6 @@
 #include "model/split_backward.hpp"
 
 #include "core/blas.hpp"
-#include "model/layers/attention.hpp"
 #include "model/layers/gelu.hpp"
 #include "model/layers/layernorm.hpp"
 
@@ -62,7 +61,8 @@ void linear_backward_input(F* dinp, F* dweight, F* dbias, const F* dout, const F
 
 template <typename F>
 void block_backward_input(F* dres, const BlockView<F>& g, const BlockActs<F>& a, const BlockView<F>& w, const F* x,
-                          BlockScratch<F>& s, int B, int T, int C, int NH, WeightGradTape<F>& tape) {
+                          BlockScratch<F>& s, int B, int T, int C, int NH, WeightGradTape<F>& tape,
+                          AttentionBackwardFn<F> attention_step) {
   const int N = B * T;
   const std::size_t NC = static_cast<std::size_t>(N) * C;
   // MLP branch (dres is the gradient of the mlp projection's output too).
@@ -72,16 +72,29 @@ void block_backward_input(F* dres, const BlockView<F>& g, const BlockActs<F>& a,
   layernorm_backward(dres, g.ln2_w, g.ln2_b, s.dbtc, a.residual2, w.ln2_w, a.ln2_mean, a.ln2_rstd, N, C);
   // Attention branch.
   linear_backward_input(s.dbtc, g.attproj_w, g.attproj_b, dres, a.atty, w.attproj_w, N, C, C, tape);
-  attention_backward(s.dwide, s.dtt, s.dbtc, a.qkv, a.att, B, T, C, NH);  // dqkv in dwide
+  attention_step(s.dwide, s, s.dbtc, a, B, T, C, NH);  // dqkv in dwide
   linear_backward_input(s.dbtc, g.qkv_w, g.qkv_b, s.dwide, a.ln1, w.qkv_w, N, C, 3 * C, tape);
   layernorm_backward(dres, g.ln1_w, g.ln1_b, s.dbtc, x, w.ln1_w, a.ln1_mean, a.ln1_rstd, N, C);
+}
+
+template <typename F>
+void block_backward_input(F* dres, const BlockView<F>& g, const BlockActs<F>& a, const BlockView<F>& w, const F* x,
+                          BlockScratch<F>& s, int B, int T, int C, int NH, WeightGradTape<F>& tape) {
+  block_backward_input(dres, g, a, w, x, s, B, T, C, NH, tape,
+                       block_functions<F>(AttentionKind::kNaive).attention_backward);
 }
 
 template class WeightGradTape<float>;
 template class WeightGradTape<double>;
 template void block_backward_input<float>(float*, const BlockView<float>&, const BlockActs<float>&,
                                           const BlockView<float>&, const float*, BlockScratch<float>&, int, int, int,
+                                          int, WeightGradTape<float>&, AttentionBackwardFn<float>);
+template void block_backward_input<float>(float*, const BlockView<float>&, const BlockActs<float>&,
+                                          const BlockView<float>&, const float*, BlockScratch<float>&, int, int, int,
                                           int, WeightGradTape<float>&);
+template void block_backward_input<double>(double*, const BlockView<double>&, const BlockActs<double>&,
+                                           const BlockView<double>&, const double*, BlockScratch<double>&, int, int,
+                                           int, int, WeightGradTape<double>&, AttentionBackwardFn<double>);
 template void block_backward_input<double>(double*, const BlockView<double>&, const BlockActs<double>&,
                                            const BlockView<double>&, const double*, BlockScratch<double>&, int, int,
                                            int, int, WeightGradTape<double>&);

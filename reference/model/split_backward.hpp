@@ -10,13 +10,15 @@
 // linear layers it computes only dinp and records (dout copied, inp by pointer) on a tape;
 // WeightGradTape::apply() later makes exactly the calls block_backward would have made, so the
 // gradients come out bit for bit the same. The LayerNorm and attention gradients are done at
-// once (they are small, and the LayerNorm's feed dinp).
+// once (they are small, and the LayerNorm's feed dinp). The attention step is the model's
+// attention kind's (stage 08, model/attention_block.hpp), so the split works with all three.
 #pragma once
 
 #include <cstddef>
 #include <vector>
 
 #include "core/memory.hpp"
+#include "model/attention_block.hpp"
 #include "model/block.hpp"
 
 namespace scalelab {
@@ -52,6 +54,14 @@ std::size_t block_tape_elements(int B, int T, int C);
 
 // block_backward (model/block.hpp) without the linear layers' weight and bias gradients, which
 // go on the tape. On entry dres holds d loss / d block output; on exit d loss / d block input.
+// attention_step: the attention's backward for the kind the block's forward ran
+// (BlockFunctions::attention_backward).
+template <typename F>
+void block_backward_input(F* dres, const BlockView<F>& g, const BlockActs<F>& a, const BlockView<F>& w, const F* x,
+                          BlockScratch<F>& s, int B, int T, int C, int NH, WeightGradTape<F>& tape,
+                          AttentionBackwardFn<F> attention_step);
+// The same with naive attention: the form before stage 08, kept so that a gpt.cpp written for it
+// (lab 00's file, model/gpt.cpp) still compiles and links.
 template <typename F>
 void block_backward_input(F* dres, const BlockView<F>& g, const BlockActs<F>& a, const BlockView<F>& w, const F* x,
                           BlockScratch<F>& s, int B, int T, int C, int NH, WeightGradTape<F>& tape);

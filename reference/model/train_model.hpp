@@ -12,6 +12,7 @@
 #include "comm/datatype.hpp"
 #include "model/checkpoint_policy.hpp"
 #include "model/config.hpp"
+#include "model/layers/attention_kind.hpp"
 #include "model/params.hpp"
 #include "optim/adamw.hpp"
 
@@ -29,6 +30,11 @@ class TrainModel {
   virtual void backward(double loss_scale) = 0;
   virtual void zero_grad() = 0;
   virtual void set_checkpoint_policy(const CheckpointPolicy& policy) = 0;
+  // Stage 08: which attention the blocks run (--attention). The default accepts naive and throws
+  // a ConfigError for chunked and flash; the fp32 CPU models (Fp32TrainModel, ZeroModel,
+  // PipelineStageModel) run all three. Call it after set_checkpoint_policy: selective with
+  // chunked or flash is refused (model/attention_block.hpp).
+  virtual void set_attention(AttentionKind kind);
   // GPT-2 initialisation (model/gpt.hpp), deterministic in the seed.
   virtual void init_weights(std::uint64_t seed) = 0;
   // The fp32 parameters the optimizer updates: the model's own (fp32) or the master copy (mixed).

@@ -23,6 +23,7 @@ class Fp32TrainModel final : public TrainModel {
   void backward(double loss_scale) override { gpt_.backward(static_cast<float>(loss_scale)); }
   void zero_grad() override { gpt_.zero_grad(); }
   void set_checkpoint_policy(const CheckpointPolicy& policy) override { gpt_.set_checkpoint_policy(policy); }
+  void set_attention(AttentionKind kind) override { gpt_.set_attention(kind); }
   void init_weights(std::uint64_t seed) override { gpt_.init_weights(seed); }
   const float* master_params() const override { return gpt_.params(); }
   void set_master_params(const float* values) override;

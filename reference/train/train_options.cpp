@@ -7,6 +7,8 @@
 #include <cstdio>
 
 #include "core/error.hpp"
+#include "model/attention_block.hpp"
+#include "model/layers/attention_kind.hpp"
 #include "schedule/pipeline_schedule.hpp"
 
 namespace scalelab {
@@ -46,6 +48,9 @@ void validate_single_device(const TrainOptions& o, const GPTConfig& c) {
   require(one_of(o.device, {"cpu", "cuda"}), "device", "unknown device '" + o.device + "'", "use cpu or cuda");
   require(o.resume.empty() || o.init_weights.empty(), "resume/init_weights", "both given",
           "a checkpoint already holds the weights: drop --init");
+  // Stage 08: the kind's name, and selective checkpointing, which chunked and flash refuse. Which
+  // models run chunked and flash is the model's to say (TrainModel::set_attention).
+  check_attention_policy(parse_attention_kind(o.attention), o.checkpoint);
   o.adamw.validate();
   // A resumed run follows the schedule its checkpoint holds (the trainer checks that one).
   if (o.resume.empty() && o.steps > 0) o.lr_schedule.validate(o.steps);
@@ -193,6 +198,7 @@ nlohmann::json options_to_json(const TrainOptions& o) {
       {"threads", o.threads},
       {"grad_accum", o.grad_accum},
       {"checkpoint", o.checkpoint.describe()},
+      {"attention", o.attention},
       {"precision", o.precision},
       {"parallel",
        {{"dp", p.dp},
@@ -247,11 +253,10 @@ void no_other_keys(const nlohmann::json& j, std::initializer_list<const char*> k
 
 TrainOptions options_from_json(const nlohmann::json& j) {
   TrainOptions o;
-  no_other_keys(j, {"config",          "shape",       "lr_schedule", "steps",        "batch",
-                    "seq_len",         "adamw",       "seed",        "data",         "val_fraction",
-                    "val_every",       "val_batches", "threads",     "grad_accum",   "checkpoint",
-                    "precision",       "parallel",    "device",      "init_weights", "save_weights",
-                    "save_checkpoint", "resume",      "metrics"},
+  no_other_keys(j, {"config",  "shape",        "lr_schedule",  "steps",           "batch",     "seq_len",
+                    "adamw",   "seed",         "data",         "val_fraction",    "val_every", "val_batches",
+                    "threads", "grad_accum",   "checkpoint",   "attention",       "precision", "parallel",
+                    "device",  "init_weights", "save_weights", "save_checkpoint", "resume",    "metrics"},
                 "the options");
   const std::string top = "the options";
   read(j, "config", o.config, top);
@@ -268,6 +273,7 @@ TrainOptions options_from_json(const nlohmann::json& j) {
   std::string checkpoint;
   read(j, "checkpoint", checkpoint, top);
   o.checkpoint = CheckpointPolicy::parse(checkpoint);
+  read(j, "attention", o.attention, top);
   read(j, "precision", o.precision, top);
   read(j, "device", o.device, top);
   read(j, "init_weights", o.init_weights, top);

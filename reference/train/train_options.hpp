@@ -71,17 +71,18 @@ struct TrainOptions {
   double val_fraction = 0.1;
   int val_every = 0;  // steps between validation losses; 0: only at the end
   int val_batches = 4;
-  int threads = 1;                 // BLAS threads
-  int grad_accum = 1;              // stage 01: micro-batches per step
-  CheckpointPolicy checkpoint;     // stage 02
-  std::string precision = "fp32";  // stage 03: fp32, bf16, fp16
-  ParallelOptions parallel;        // stages 04-07
-  std::string device = "cpu";      // cpu or cuda; cuda needs a model factory (see Trainer)
-  std::string init_weights;        // safetensors to start from (else GPT-2 init)
-  std::string save_weights;        // safetensors to write at the end
-  std::string save_checkpoint;     // training state to write at the end
-  std::string resume;              // training state to continue from
-  std::string metrics;             // JSON-lines file, one line per step
+  int threads = 1;                  // BLAS threads
+  int grad_accum = 1;               // stage 01: micro-batches per step
+  CheckpointPolicy checkpoint;      // stage 02
+  std::string attention = "naive";  // stage 08: naive, chunked or flash (model/layers/attention_kind.hpp)
+  std::string precision = "fp32";   // stage 03: fp32, bf16, fp16
+  ParallelOptions parallel;         // stages 04-07
+  std::string device = "cpu";       // cpu or cuda; cuda needs a model factory (see Trainer)
+  std::string init_weights;         // safetensors to start from (else GPT-2 init)
+  std::string save_weights;         // safetensors to write at the end
+  std::string save_checkpoint;      // training state to write at the end
+  std::string resume;               // training state to continue from
+  std::string metrics;              // JSON-lines file, one line per step
 
   // The model's shape: the named config with the shape overrides applied.
   GPTConfig model_config() const;

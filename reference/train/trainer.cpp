@@ -8,6 +8,7 @@
 #include "data/tokens.hpp"
 #include "io/safetensors.hpp"
 #include "model/batch_check.hpp"
+#include "model/layers/attention_kind.hpp"
 #include "train/single_device.hpp"
 
 namespace scalelab {
@@ -45,6 +46,7 @@ Trainer::Trainer(const TrainOptions& options, MemoryTracker* tracker, const Trai
   const TrainModelFactory whole = factory ? factory : TrainModelFactory(make_train_model);
   model_ = strategy_->make_model(config, options_.precision, tracker_, whole);
   model_->set_checkpoint_policy(options_.checkpoint);
+  model_->set_attention(parse_attention_kind(options_.attention));  // stage 08; refused by models without it
   // A model that keeps m and v on its device counts them itself (the AdamW here is then a host
   // mirror for checkpoints, not memory of the run); one that offloads them says where they live.
   optimizer_ = std::make_unique<AdamW>(model_->num_params(), options_.adamw, model_->optimizer_tracker(tracker_));

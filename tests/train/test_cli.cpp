@@ -90,6 +90,15 @@ TEST_CASE("scalelab train refuses a bad parallel layout before reading any data"
       {"train --options-file /no/options.json --steps 3",
        "error: options_file: --options-file gives every option, and --steps was given too"},
       {"ladder --ranks 3 --stages 04", "error: batch: 8 rows do not split into 3 ranks x 1 micro-batches"},
+      // Stage 08: the attention's name, its combination with selective checkpointing, and a model
+      // without chunked or flash attention (refused when the model is built, before any step).
+      {"train --attention bogus", "error: --attention: unknown attention 'bogus'; use naive, chunked or flash"},
+      {"train --attention flash --checkpoint selective",
+       "error: checkpoint: --checkpoint selective recomputes the (B,NH,T,T) attention probabilities, which "
+       "--attention flash never stores"},
+      {"train --attention chunked --precision bf16 --steps 1",
+       "error: attention: --attention chunked is not built for the bf16 model in this build (only the fp32 CPU model "
+       "runs it); use --attention naive, or --precision fp32"},
   };
   for (const auto& c : cases) {
     const CliResult r = run_cli(c.args);
@@ -109,7 +118,7 @@ TEST_CASE("scalelab train --options-file runs the options a file holds", "[cli]"
     "lr_schedule":{"kind":"constant","warmup_steps":0,"decay_steps":0,"min_lr_fraction":0.1},"steps":2,"batch":2,"seq_len":32,
     "adamw":{"lr":0.00123,"beta1":0.9,"beta2":0.999,"eps":1e-08,"weight_decay":0.01,"grad_clip":0.0},
     "seed":7,"data":"","val_fraction":0.1,"val_every":0,"val_batches":1,"threads":1,"grad_accum":1,
-    "checkpoint":"sqrt","precision":"fp32",
+    "checkpoint":"sqrt","attention":"flash","precision":"fp32",
     "parallel":{"dp":0,"tp":1,"pp":1,"micro_batches":0,"schedule":"1f1b",
                 "sequence_parallel":false,"zero":0,"offload":false,"reshard":false,"ddp":"auto","allreduce":"builtin",
                 "bucket_mb":25.0,"first_bucket_mb":1.0,"backend":"auto","trace":"","comm_timeout":300.0},
@@ -120,5 +129,6 @@ TEST_CASE("scalelab train --options-file runs the options a file holds", "[cli]"
   INFO(r.output);
   CHECK(r.status == 0);
   CHECK(r.output.find("checkpoint sqrt") != std::string::npos);
+  CHECK(r.output.find("attention flash") != std::string::npos);
   CHECK(r.output.find("step     2/2") != std::string::npos);
 }

@@ -44,6 +44,7 @@ TrainOptions unusual_options(std::uint64_t seed) {
   o.threads = 3;
   o.grad_accum = 2;
   o.checkpoint = CheckpointPolicy::parse("every:2");
+  o.attention = "flash";
   o.precision = "bf16";
   o.parallel.dp = 3;
   o.parallel.tp = 2;
@@ -99,6 +100,7 @@ TEST_CASE("options round-trip through JSON bit for bit, every field", "[options]
     CHECK(a.seed == b.seed);
     CHECK(b.data == a.data);
     CHECK(b.checkpoint.describe() == "every:2");
+    CHECK(b.attention == "flash");
     CHECK(b.parallel.sequence_parallel);
     CHECK(b.parallel.offload);
     CHECK(b.parallel.reshard);

@@ -35,23 +35,7 @@ std::size_t activation_elements(const GPTConfig& c, int B, int T, const Checkpoi
 
 std::size_t activation_elements(const GPTConfig& c, int B, int T, const CheckpointPolicy& policy,
                                 const ModelSlice& slice) {
-  const std::size_t BT = static_cast<std::size_t>(B) * T, BTC = BT * c.channels;
-  const std::size_t L = slice.count(c);
-  const std::size_t block = block_act_elements(B, T, c.channels, c.num_heads);
-  const std::size_t att = static_cast<std::size_t>(c.num_heads) * BT * T;
-  // The blocks' input (encoded), then with the head: lnf + stats, probs, losses.
-  const std::size_t outside = BTC + (slice.head ? BTC + 3 * BT + BT * c.vocab_size : 0);
-  switch (policy.kind) {
-    case CheckpointPolicy::Kind::kNone: return outside + L * block;
-    case CheckpointPolicy::Kind::kSelective: return outside + L * (block - att) + att;
-    case CheckpointPolicy::Kind::kEveryK:
-    case CheckpointPolicy::Kind::kSqrtL: {
-      const std::size_t k = activation_slots(policy, static_cast<int>(L));
-      const std::size_t segments = segment_count(policy, static_cast<int>(L));
-      return outside + (segments - 1) * BTC + BTC + k * block;  // boundaries, final output, one segment
-    }
-  }
-  return 0;
+  return activation_elements(c, B, T, policy, slice, AttentionKind::kNaive);  // model/gpt_attention.cpp
 }
 
 namespace {
@@ -178,26 +162,30 @@ void GPTModel<F>::init_weights(std::uint64_t seed) {
 template <typename F>
 void GPTModel<F>::ensure_buffers(int B, int T) {
   const bool same_policy = acts_.policy.kind == policy_.kind && acts_.policy.every == policy_.every;
-  // The saved activations: reallocated when the shape or policy changed, or after they were
-  // stashed or released (stage 05).
-  if (act_buffer_.size() == 0 || acts_.B != B || acts_.T != T || !same_policy) {
+  // The saved activations: reallocated when the shape, policy or attention kind changed, or after
+  // they were stashed or released (stage 05).
+  if (act_buffer_.size() == 0 || acts_.B != B || acts_.T != T || !same_policy || acts_.attention != attention_) {
     act_buffer_ = Buffer<F>();  // free the old ones first, so the peak is not their sum
-    act_buffer_ = Buffer<F>(activation_elements(config_, B, T, policy_, slice_), MemCategory::kActivations, tracker_);
+    act_buffer_ = Buffer<F>(activation_elements(config_, B, T, policy_, slice_, attention_), MemCategory::kActivations,
+                            tracker_);
     assign_activations(B, T);
   }
-  if (scratch_B_ == B && scratch_T_ == T) return;
+  if (scratch_B_ == B && scratch_T_ == T && scratch_attention_ == attention_) return;
   const int C = config_.channels, V = config_.vocab_size;
   const std::size_t BT = static_cast<std::size_t>(B) * T, BTC = BT * C;
   const std::size_t BTV = slice_.head ? BT * V : 0;  // dlogits only with the head
   scratch_buffer_ = Buffer<F>();
-  scratch_buffer_ = Buffer<F>(BTC * 8 + static_cast<std::size_t>(T) * T + BTV, MemCategory::kWorkspace, tracker_);
+  // dtt: the attention's workspace, T x T for naive (stage 08: far less for chunked and flash).
+  const std::size_t attention_scratch = attention_scratch_elements(attention_, T);
+  scratch_buffer_ = Buffer<F>(BTC * 8 + attention_scratch + BTV, MemCategory::kWorkspace, tracker_);
   scratch_B_ = B;
   scratch_T_ = T;
+  scratch_attention_ = attention_;
   Carver<F> s(scratch_buffer_.data(), scratch_buffer_.size());
   scratch_.proj = s.take(BTC);
   scratch_.dbtc = s.take(BTC);
   scratch_.dwide = s.take(4 * BTC);
-  scratch_.dtt = s.take(static_cast<std::size_t>(T) * T);
+  scratch_.dtt = s.take(attention_scratch);
   dres_ = s.take(BTC);
   dlnf_ = s.take(BTC);
   dlogits_ = slice_.head ? s.take(BTV) : nullptr;
@@ -212,15 +200,17 @@ void GPTModel<F>::assign_activations(int B, int T) {
   acts_.B = B;
   acts_.T = T;
   acts_.policy = policy_;
+  acts_.attention = attention_;
   acts_.encoded = p.take(BTC);
   acts_.boundaries.assign(1, acts_.encoded);
   // Segments (every:K, sqrt): a boundary per further segment, the output, then k slots. Else
-  // L slots, the last one's residual3 being the output; selective shares one att buffer.
+  // L slots, the last one's residual3 being the output; selective shares one att buffer. Chunked
+  // and flash attention (stage 08) keep lse (B,NH,T) per slot in place of att.
   for (int seg = 1; seg < segment_count(policy_, L); ++seg) acts_.boundaries.push_back(p.take(BTC));
   if (has_segments(policy_)) acts_.final_input = p.take(BTC);
   const bool own_att = policy_.kind != Kind::kSelective;
   acts_.blocks.resize(activation_slots(policy_, L));
-  for (auto& b : acts_.blocks) assign_block_acts(b, p, B, T, C, NH, own_att);
+  for (auto& b : acts_.blocks) assign_block_acts(b, p, B, T, C, NH, attention_, own_att);
   if (!own_att) {
     F* shared_att = p.take(static_cast<std::size_t>(NH) * BT * T);
     for (auto& b : acts_.blocks) b.att = shared_att;
@@ -307,17 +297,21 @@ void GPTModel<F>::backward_blocks(const ParamView<F>& w, const ParamView<F>& g) 
 template <typename F>
 void GPTModel<F>::block_backward_at(int l, const BlockActs<F>& a, const F* x, const ParamView<F>& w,
                                     const ParamView<F>& g) {
+  // The saved activations are laid out for the kind of their forward (att or lse).
+  SCALELAB_CHECK(acts_.attention == attention_, "set_attention(", attention_kind_name(attention_),
+                 ") between a forward with ", attention_kind_name(acts_.attention),
+                 " attention and its backward: change the kind between steps");
   before_block(l, true);
-  block_backward(dres_, g.blocks[l], a, w.blocks[l], x, scratch_, acts_.B, acts_.T, config_.channels,
-                 config_.num_heads);
+  block_fns_.backward(dres_, g.blocks[l], a, w.blocks[l], x, scratch_, acts_.B, acts_.T, config_.channels,
+                      config_.num_heads);  // block_backward, or stage 08's (set_attention)
   notify_grads_ready(block_offsets_[l]);
 }
 
 template <typename F>
 void GPTModel<F>::forward_block(int l, int slot, ActPlace x) {
   before_block(l, false);
-  block_forward(acts_.blocks[slot], w_.blocks[l], place(x), scratch_, acts_.B, acts_.T, config_.channels,
-                config_.num_heads);
+  block_fns_.forward(acts_.blocks[slot], w_.blocks[l], place(x), scratch_, acts_.B, acts_.T, config_.channels,
+                     config_.num_heads);  // block_forward, or stage 08's (set_attention)
   ++block_forwards_;
 }
 
@@ -349,6 +343,9 @@ void GPTModel<F>::backward_input(const F* doutput, F loss_scale) {
   SCALELAB_CHECK(acts_.B > 0, "backward_input() called before forward_slice()");
   SCALELAB_CHECK(policy_.kind == CheckpointPolicy::Kind::kNone,
                  "the split backward reads saved activations: it runs without checkpointing");
+  SCALELAB_CHECK(acts_.attention == attention_, "set_attention(", attention_kind_name(attention_),
+                 ") between a forward with ", attention_kind_name(acts_.attention),
+                 " attention and its backward: change the kind between steps");
   const int B = acts_.B, T = acts_.T, C = config_.channels, NH = config_.num_heads;
   const int N = B * T;
   tape_.reserve(static_cast<std::size_t>(num_blocks()) * block_tape_elements(B, T, C), tracker_);
@@ -367,7 +364,8 @@ void GPTModel<F>::backward_input(const F* doutput, F loss_scale) {
   }
   for (int l = num_blocks() - 1; l >= 0; --l) {
     const F* x = l == 0 ? acts_.encoded : acts_.blocks[l - 1].residual3;
-    block_backward_input(dres_, g_.blocks[l], acts_.blocks[l], w_.blocks[l], x, scratch_, B, T, C, NH, tape_);
+    block_backward_input(dres_, g_.blocks[l], acts_.blocks[l], w_.blocks[l], x, scratch_, B, T, C, NH, tape_,
+                         block_fns_.attention_backward);
   }
   if (slice_.embeddings) encoder_backward(g_.wte, g_.wpe, dres_, tokens_.data(), B, T, C);
 }

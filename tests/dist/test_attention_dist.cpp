@@ -1,0 +1,176 @@
+// Stage 08 under the distributed fp32 models: ZeRO (stages 1 and 3, whose block hook gathers each
+// block's parameters before the block runs) and the pipeline (1f1b, and zb-h1, whose split
+// backward calls the attention kind's backward step) with --attention chunked and flash, against
+// the same strategy with naive attention. Two ranks (tests/dist/CMakeLists.txt).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "batch.hpp"
+#include "compare.hpp"
+#include "dist/pipeline_stage_model.hpp"
+#include "dist/pipeline_strategy.hpp"
+#include "dist/zero_strategy.hpp"
+#include "strategy_harness.hpp"
+#include "world.hpp"
+
+using namespace scalelab;
+using namespace scalelab_test;
+
+namespace {
+
+// T = 70: two 64-key tiles, the second partial.
+const prior::ModelShape kShape{64, 70, 32, 4, 4};  // V, T, C, L, NH
+constexpr std::uint64_t kSeed = 23;
+constexpr int kSteps = 3;
+// Measured worst per-tensor relative norm errors on 2 ranks: gradients 5.9e-7 (pipeline),
+// parameters after 3 steps 5.6e-6 (pipeline) and 1.4e-5 (ZeRO, 4 rows a step); a wrong attention
+// gives about 0.1 in the parameters. The gradient bound is the single-process test's
+// (tests/stages/test_attention_model.cpp); the parameter bound leaves the ZeRO runs a margin of 7x.
+constexpr double kGradTol = 5e-6;
+constexpr double kParamTol = 1e-4;
+constexpr double kLossTol = 1e-6;
+
+GPTConfig config() { return gpt_config_of_shape(kShape.V, kShape.T, kShape.C, kShape.L, kShape.NH, "attention-test"); }
+
+struct Result {
+  double first_loss = 0;
+  std::vector<float> first_grads;  // this rank's (the pipeline's stage; ZeRO: unused)
+  std::vector<float> params;       // this rank's after kSteps steps
+};
+
+// A strategy built as the trainer builds it, with options.attention set before start().
+struct AttentionHarness : StrategyHarness {
+  std::unique_ptr<ParallelStrategy> strategy;
+};
+
+Result run(AttentionHarness& h, bool keep_grads) {
+  Result r;
+  for (int s = 0; s < kSteps; ++s) {
+    const Batch b = random_batch(kShape.V, h.options.batch, kShape.T, 300 + s);
+    const double loss = h.forward_backward(b.tokens, b.targets);
+    if (s == 0) {
+      r.first_loss = loss;
+      if (keep_grads) r.first_grads.assign(h.model->fp32_grads(), h.model->fp32_grads() + h.model->num_params());
+    }
+    h.update();
+  }
+  r.params.assign(h.model->master_params(), h.model->master_params() + h.model->num_params());
+  return r;
+}
+
+// ZeRO: every rank's shard gathered into the whole parameter buffer (the shards are its cut).
+std::vector<float> whole_params(Communicator& world, const Result& r) {
+  const std::size_t n = ParamLayout(config()).num_params();
+  std::vector<float> whole(n);
+  world.all_gather(r.params.data(), whole.data(), n, DataType::kFloat32);
+  return whole;
+}
+
+Result run_zero(Communicator& world, int stage, const std::string& attention) {
+  AttentionHarness h;
+  h.options.batch = 2 * world.size();
+  h.options.seq_len = kShape.T;
+  h.options.adamw.lr = 1e-3;
+  h.options.parallel.zero = stage;
+  h.options.attention = attention;
+  h.strategy = std::make_unique<ZeroStrategy>(world, h.options);
+  h.start(*h.strategy, config(), kSeed, CheckpointPolicy{}, "zero attention test");
+  return run(h, false);
+}
+
+Result run_pipeline(Communicator& world, const std::string& schedule, const std::string& attention) {
+  AttentionHarness h;
+  const int m = 2;
+  h.options.batch = 2 * m;
+  h.options.seq_len = kShape.T;
+  h.options.adamw.lr = 1e-3;
+  h.options.parallel.pp = world.size();
+  h.options.parallel.micro_batches = m;
+  h.options.parallel.schedule = schedule;
+  h.options.attention = attention;
+  h.strategy = std::make_unique<PipelineStrategy>(world, h.options);
+  h.start(*h.strategy, config(), kSeed, CheckpointPolicy{}, "pipeline attention test");
+  return run(h, true);
+}
+
+// Per-tensor relative norm errors of got against want over `layout` (this rank's), a line for
+// each over tol; the worst in `worst`. The key third [C, 2C) of each attn.c_attn.bias is left out
+// of the parameters: its gradient is zero in exact arithmetic (the softmax cancels a key bias),
+// so AdamW steps it by about lr on rounding noise, differently in each run (see the
+// single-process test, which checks that this gradient is noise).
+std::string compare_tensors(const std::string& what, const ParamLayout& layout, const std::vector<float>& got,
+                            const std::vector<float>& want, double tol, bool skip_key_bias, double& worst) {
+  std::string report;
+  const std::size_t C = static_cast<std::size_t>(kShape.C);
+  for (const auto& t : layout.tensors()) {
+    std::vector<float> g(got.begin() + t.offset, got.begin() + t.offset + t.numel);
+    std::vector<float> w(want.begin() + t.offset, want.begin() + t.offset + t.numel);
+    const bool key_bias = skip_key_bias && t.name.find("attn.c_attn.bias") != std::string::npos;
+    if (key_bias) {
+      g.erase(g.begin() + C, g.begin() + 2 * C);
+      w.erase(w.begin() + C, w.begin() + 2 * C);
+    }
+    const double e = relative_norm_error(g.data(), w.data(), g.size());
+    worst = std::max(worst, e);
+    if (!(e <= tol)) {
+      std::ostringstream os;
+      os << what << " " << t.name << (key_bias ? " (query and value thirds)" : "") << ": relative norm error " << e
+         << " > tolerance " << tol << "\n";
+      report += os.str();
+    }
+  }
+  return report;
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO-1 and ZeRO-3 with chunked and flash attention equal their naive runs", "[attention_dist]") {
+  Communicator& world = test_world();
+  if (world.size() < 2) return;
+  for (int stage : {1, 3}) {
+    const Result naive = run_zero(world, stage, "naive");
+    for (const char* kind : {"chunked", "flash"}) {
+      const Result r = run_zero(world, stage, kind);
+      INFO(where(world) << ", ZeRO-" << stage << " --attention " << kind);
+      const double loss_err = std::fabs(r.first_loss - naive.first_loss) / std::fabs(naive.first_loss);
+      INFO("first loss " << r.first_loss << " vs naive " << naive.first_loss << ": relative error " << loss_err
+                         << " (tolerance " << kLossTol << ")");
+      CHECK(loss_err <= kLossTol);
+      double worst = 0;
+      const std::string report = compare_tensors("parameters after 3 steps", ParamLayout(config()),
+                                                 whole_params(world, r), whole_params(world, naive), kParamTol, true,
+                                                 worst);
+      INFO(report << "worst parameter error " << worst << " (tolerance " << kParamTol << ")");
+      CHECK(report.empty());
+    }
+  }
+}
+
+TEST_CASE("pipeline 1f1b and zb-h1 with chunked and flash attention equal their naive runs", "[attention_dist]") {
+  Communicator& world = test_world();
+  if (world.size() < 2) return;
+  for (const char* schedule : {"1f1b", "zb-h1"}) {
+    const Result naive = run_pipeline(world, schedule, "naive");
+    for (const char* kind : {"chunked", "flash"}) {
+      const Result r = run_pipeline(world, schedule, kind);
+      INFO(where(world) << ", pipeline " << schedule << " --attention " << kind);
+      const double loss_err = std::fabs(r.first_loss - naive.first_loss) / std::fabs(naive.first_loss);
+      INFO("first loss " << r.first_loss << " vs naive " << naive.first_loss << ": relative error " << loss_err
+                         << " (tolerance " << kLossTol << ")");
+      CHECK(loss_err <= kLossTol);
+      const ParamLayout layout = ParamLayout(config(), pipeline_stage_slice(config(), world.rank(), world.size()));
+      double worst_g = 0, worst_p = 0;
+      const std::string report = compare_tensors("gradient", layout, r.first_grads, naive.first_grads, kGradTol, false,
+                                                 worst_g) +
+                                 compare_tensors("parameters after 3 steps", layout, r.params, naive.params, kParamTol,
+                                                 true, worst_p);
+      INFO(report << "worst gradient error " << worst_g << ", worst parameter error " << worst_p);
+      CHECK(report.empty());
+    }
+  }
+}
