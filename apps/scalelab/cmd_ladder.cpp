@@ -78,6 +78,9 @@ std::vector<Rung> all_rungs(int accum, int ranks) {
       {"07", "ZeRO-1 x" + std::to_string(ranks), ranks, zero_rung(1)},
       {"07", "ZeRO-2 x" + std::to_string(ranks), ranks, zero_rung(2)},
       {"07", "ZeRO-3 x" + std::to_string(ranks), ranks, zero_rung(3)},
+      // Stage 08: the attention saves B NH T per block instead of B NH T^2 (the acts column).
+      {"08", "chunked attention", 1, [](TrainOptions& o) { o.attention = "chunked"; }},
+      {"08", "flash attention", 1, [](TrainOptions& o) { o.attention = "flash"; }},
   };
 }
 
