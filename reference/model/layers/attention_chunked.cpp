@@ -10,6 +10,7 @@
 
 #include "core/fastmath.hpp"
 #include "core/reduce.hpp"
+#include "model/layers/attention_head.hpp"
 
 namespace scalelab {
 
@@ -22,11 +23,12 @@ void attention_chunked_forward(F* out, F* lse, F* scratch, const F* qkv, int B, 
   F* s = scratch;  // (chunk) scores, then unnormalised probabilities, of one query against one chunk
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h) {
-      const F* q = qkv + static_cast<std::size_t>(b) * T * C3 + h * hs;
+      const AttentionHead at = attention_head(b, h, T, C, NH);
+      const F* q = qkv + at.qkv;
       const F* k = q + C;
       const F* v = q + 2 * C;
-      F* o = out + static_cast<std::size_t>(b) * T * C + h * hs;
-      F* lse_bh = lse + (static_cast<std::size_t>(b) * NH + h) * T;
+      F* o = out + at.out;
+      F* lse_bh = lse + at.lse;
       for (int t = 0; t < T; ++t) {
         const F* qt = q + static_cast<std::size_t>(t) * C3;
         F* acc = o + static_cast<std::size_t>(t) * C;  // (hs) the output row, used as the accumulator
@@ -72,23 +74,18 @@ void attention_chunked_backward(F* dqkv, F* scratch, const F* dout, const F* qkv
   F* p = scratch;  // (chunk) probabilities of one query against one chunk of keys, then their ds
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h) {
-      const std::size_t qoff = static_cast<std::size_t>(b) * T * C3 + h * hs;
-      const F* q = qkv + qoff;
+      const AttentionHead at = attention_head(b, h, T, C, NH);
+      const F* q = qkv + at.qkv;
       const F* k = q + C;
       const F* v = q + 2 * C;
-      F* dq = dqkv + qoff;
+      F* dq = dqkv + at.qkv;
       F* dk = dq + C;
       F* dv = dq + 2 * C;
-      const std::size_t ooff = static_cast<std::size_t>(b) * T * C + h * hs;
-      const F* d = dout + ooff;
-      const F* o = out + ooff;
-      const F* lse_bh = lse + (static_cast<std::size_t>(b) * NH + h) * T;
+      const F* d = dout + at.out;
+      const F* o = out + at.out;
+      const F* lse_bh = lse + at.lse;
       // dqkv is written (=): clear this head's columns, then every query adds its share.
-      for (int t = 0; t < T; ++t)
-        for (int i = 0; i < hs; ++i) {
-          const std::size_t r = static_cast<std::size_t>(t) * C3 + i;
-          dq[r] = dk[r] = dv[r] = F(0);
-        }
+      clear_head_dqkv(dq, T, C, hs);
       for (int t = 0; t < T; ++t) {
         const F* qt = q + static_cast<std::size_t>(t) * C3;
         const F* dt = d + static_cast<std::size_t>(t) * C;

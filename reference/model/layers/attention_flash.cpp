@@ -11,6 +11,7 @@
 #include "core/blas.hpp"
 #include "core/fastmath.hpp"
 #include "core/reduce.hpp"
+#include "model/layers/attention_head.hpp"
 
 namespace scalelab {
 
@@ -28,11 +29,12 @@ void attention_flash_forward(F* out, F* lse, F* scratch, const F* qkv, int B, in
   F* l = m + Br;                                 // (Br) running sum of exp(s - m) of each row
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h) {
-      const F* q = qkv + static_cast<std::size_t>(b) * T * C3 + h * hs;
+      const AttentionHead at = attention_head(b, h, T, C, NH);
+      const F* q = qkv + at.qkv;
       const F* k = q + C;
       const F* v = q + 2 * C;
-      F* o = out + static_cast<std::size_t>(b) * T * C + h * hs;
-      F* lse_bh = lse + (static_cast<std::size_t>(b) * NH + h) * T;
+      F* o = out + at.out;
+      F* lse_bh = lse + at.lse;
       for (int t0 = 0; t0 < T; t0 += Br) {
         const int t1 = std::min(T, t0 + Br), nr = t1 - t0;
         F* ot = o + static_cast<std::size_t>(t0) * C;  // (nr,hs) rows of out, the tile's accumulator
@@ -92,23 +94,18 @@ void attention_flash_backward(F* dqkv, F* scratch, const F* dout, const F* qkv, 
   F* D = dS + static_cast<std::size_t>(Br) * Bc;  // (T) D_t = dout_t . out_t of one head
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h) {
-      const std::size_t qoff = static_cast<std::size_t>(b) * T * C3 + h * hs;
-      const F* q = qkv + qoff;
+      const AttentionHead at = attention_head(b, h, T, C, NH);
+      const F* q = qkv + at.qkv;
       const F* k = q + C;
       const F* v = q + 2 * C;
-      F* dq = dqkv + qoff;
+      F* dq = dqkv + at.qkv;
       F* dk = dq + C;
       F* dv = dq + 2 * C;
-      const std::size_t ooff = static_cast<std::size_t>(b) * T * C + h * hs;
-      const F* d = dout + ooff;
-      const F* o = out + ooff;
-      const F* lse_bh = lse + (static_cast<std::size_t>(b) * NH + h) * T;
+      const F* d = dout + at.out;
+      const F* o = out + at.out;
+      const F* lse_bh = lse + at.lse;
       // dqkv is written (=): clear this head's columns; the tiles then accumulate into them.
-      for (int t = 0; t < T; ++t)
-        for (int c = 0; c < hs; ++c) {
-          const std::size_t r = static_cast<std::size_t>(t) * C3 + c;
-          dq[r] = dk[r] = dv[r] = F(0);
-        }
+      clear_head_dqkv(dq, T, C, hs);
       // The softmax backward's sum_u p_tu dp_tu, with dp_tu = dout_t . v_u, equals
       // dout_t . (sum_u p_tu v_u) = dout_t . out_t: computed once per query from out, where the
       // naive version sums a row of the T x T matrix.
