@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -16,6 +15,7 @@
 #include "dist/pipeline_strategy.hpp"
 #include "dist/zero_strategy.hpp"
 #include "strategy_harness.hpp"
+#include "tensor_errors.hpp"
 #include "world.hpp"
 
 using namespace scalelab;
@@ -98,35 +98,6 @@ Result run_pipeline(Communicator& world, const std::string& schedule, const std:
   return run(h, true);
 }
 
-// Per-tensor relative norm errors of got against want over `layout` (this rank's), a line for
-// each over tol; the worst in `worst`. The key third [C, 2C) of each attn.c_attn.bias is left out
-// of the parameters: its gradient is zero in exact arithmetic (the softmax cancels a key bias),
-// so AdamW steps it by about lr on rounding noise, differently in each run (see the
-// single-process test, which checks that this gradient is noise).
-std::string compare_tensors(const std::string& what, const ParamLayout& layout, const std::vector<float>& got,
-                            const std::vector<float>& want, double tol, bool skip_key_bias, double& worst) {
-  std::string report;
-  const std::size_t C = static_cast<std::size_t>(kShape.C);
-  for (const auto& t : layout.tensors()) {
-    std::vector<float> g(got.begin() + t.offset, got.begin() + t.offset + t.numel);
-    std::vector<float> w(want.begin() + t.offset, want.begin() + t.offset + t.numel);
-    const bool key_bias = skip_key_bias && t.name.find("attn.c_attn.bias") != std::string::npos;
-    if (key_bias) {
-      g.erase(g.begin() + C, g.begin() + 2 * C);
-      w.erase(w.begin() + C, w.begin() + 2 * C);
-    }
-    const double e = relative_norm_error(g.data(), w.data(), g.size());
-    worst = std::max(worst, e);
-    if (!(e <= tol)) {
-      std::ostringstream os;
-      os << what << " " << t.name << (key_bias ? " (query and value thirds)" : "") << ": relative norm error " << e
-         << " > tolerance " << tol << "\n";
-      report += os.str();
-    }
-  }
-  return report;
-}
-
 }  // namespace
 
 TEST_CASE("ZeRO-1 and ZeRO-3 with chunked and flash attention equal their naive runs", "[attention_dist]") {
@@ -141,10 +112,11 @@ TEST_CASE("ZeRO-1 and ZeRO-3 with chunked and flash attention equal their naive 
       INFO("first loss " << r.first_loss << " vs naive " << naive.first_loss << ": relative error " << loss_err
                          << " (tolerance " << kLossTol << ")");
       CHECK(loss_err <= kLossTol);
-      double worst = 0;
-      const std::string report = compare_tensors("parameters after 3 steps", ParamLayout(config()),
-                                                 whole_params(world, r), whole_params(world, naive), kParamTol, true,
-                                                 worst);
+      // The key third of each c_attn bias is left out (see worst_tensor_error).
+      std::string report;
+      const std::vector<float> got = whole_params(world, r), want = whole_params(world, naive);
+      const double worst = worst_tensor_error("parameters after 3 steps", ParamLayout(config()), got.data(),
+                                              want.data(), kParamTol, report, true);
       INFO(report << "worst parameter error " << worst << " (tolerance " << kParamTol << ")");
       CHECK(report.empty());
     }
@@ -164,11 +136,11 @@ TEST_CASE("pipeline 1f1b and zb-h1 with chunked and flash attention equal their 
                          << " (tolerance " << kLossTol << ")");
       CHECK(loss_err <= kLossTol);
       const ParamLayout layout = ParamLayout(config(), pipeline_stage_slice(config(), world.rank(), world.size()));
-      double worst_g = 0, worst_p = 0;
-      const std::string report = compare_tensors("gradient", layout, r.first_grads, naive.first_grads, kGradTol, false,
-                                                 worst_g) +
-                                 compare_tensors("parameters after 3 steps", layout, r.params, naive.params, kParamTol,
-                                                 true, worst_p);
+      std::string report;
+      const double worst_g = worst_tensor_error("gradient", layout, r.first_grads.data(), naive.first_grads.data(),
+                                                kGradTol, report);
+      const double worst_p = worst_tensor_error("parameters after 3 steps", layout, r.params.data(),
+                                                naive.params.data(), kParamTol, report, true);
       INFO(report << "worst gradient error " << worst_g << ", worst parameter error " << worst_p);
       CHECK(report.empty());
     }

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -24,6 +23,7 @@
 #include "model/layers/attention_chunked.hpp"
 #include "model/layers/attention_flash.hpp"
 #include "optim/adamw.hpp"
+#include "tensor_errors.hpp"
 #include "train/fp32_model.hpp"
 #include "train/train_options.hpp"
 #include "train/trainer.hpp"
@@ -87,41 +87,6 @@ Run<F> run(AttentionKind kind, const std::string& policy, const Batch& batch, in
   r.act_peak = tracker.peak(MemCategory::kActivations);
   r.block_forwards = model.block_forward_count();
   return r;
-}
-
-// The worst per-tensor relative norm error of got against want, and a line per tensor over tol.
-// With skip_key_bias, the key third [C, 2C) of each attn.c_attn.bias is left out: its gradient is
-// zero in exact arithmetic (a key bias adds q . b_k to every score of a query, which the softmax
-// cancels), so both runs hold rounding noise there, and AdamW, which divides by the root of the
-// noise's own square, turns any noise into steps of about lr. Those entries are checked apart
-// (key_bias_gradient_is_noise).
-template <typename A>
-double worst_tensor_error(const std::string& what, const ParamLayout& layout, const A* got, const A* want, double tol,
-                          std::string& report, bool skip_key_bias = false) {
-  double worst = 0;
-  const std::size_t C = static_cast<std::size_t>(kShape.C);
-  const std::string bias = "attn.c_attn.bias";
-  for (const auto& t : layout.tensors()) {
-    const bool key_bias = skip_key_bias && t.name.size() > bias.size() &&
-                          t.name.compare(t.name.size() - bias.size(), bias.size(), bias) == 0;
-    double e = 0;
-    if (key_bias) {  // the query and value thirds, as one vector
-      std::vector<A> g(got + t.offset, got + t.offset + t.numel), w(want + t.offset, want + t.offset + t.numel);
-      g.erase(g.begin() + C, g.begin() + 2 * C);
-      w.erase(w.begin() + C, w.begin() + 2 * C);
-      e = relative_norm_error(g.data(), w.data(), g.size());
-    } else {
-      e = relative_norm_error(got + t.offset, want + t.offset, t.numel);
-    }
-    worst = std::max(worst, e);
-    if (!(e <= tol)) {
-      std::ostringstream os;
-      os << what << " " << t.name << (key_bias ? " (query and value thirds)" : "") << ": relative norm error " << e
-         << " > tolerance " << tol << "\n";
-      report += os.str();
-    }
-  }
-  return worst;
 }
 
 // The largest |gradient| of the key bias thirds relative to the largest |gradient| of the model.
