@@ -14,6 +14,11 @@ StateBytes state_bytes(const std::string& precision) {
                     "paper) or bf16-fp32-grads (2+4+12, Megatron-LM's default)");
 }
 
+PipelineShape PlanLayout::pipeline_shape() const {
+  if (pp == 1) return PipelineShape{PipeScheduleKind::k1F1B, 1, micro_batches, 1};
+  return parse_pipeline_schedule(schedule, pp, micro_batches);
+}
+
 std::string PlanLayout::describe() const {
   std::string s = "dp" + std::to_string(dp) + " tp" + std::to_string(tp) + " pp" + std::to_string(pp);
   if (pp > 1) s += " " + schedule;

@@ -5,6 +5,7 @@
 
 #include "model/checkpoint_policy.hpp"
 #include "model/layers/attention_kind.hpp"
+#include "schedule/pipeline_schedule.hpp"
 
 namespace scalelab {
 
@@ -30,6 +31,9 @@ struct PlanLayout {
   std::string precision = "bf16";
 
   int world() const { return dp * tp * pp; }
+  // The pipeline this layout runs (stage 05's shape); without one, a single stage whose m
+  // micro-batches are gradient accumulation.
+  PipelineShape pipeline_shape() const;
   // "dp8 tp2 pp4 1f1b m16x2 zero1 sp ckpt:sqrt bf16"
   std::string describe() const;
 };

@@ -11,11 +11,6 @@ namespace scalelab {
 
 namespace {
 
-PipelineShape shape_of(const PlanLayout& l) {
-  if (l.pp == 1) return PipelineShape{PipeScheduleKind::k1F1B, 1, l.micro_batches, 1};
-  return parse_pipeline_schedule(l.schedule, l.pp, l.micro_batches);
-}
-
 // Elements saved by one micro-batch on model stage `s` of S (a pipeline chunk).
 std::size_t chunk_activation_elements(const GPTConfig& c, const PlanLayout& l, int s, int S) {
   const std::size_t t = static_cast<std::size_t>(l.tp), b = static_cast<std::size_t>(l.micro_rows);
@@ -77,7 +72,7 @@ std::size_t peak_activation_elements(const GPTConfig& c, const PlanLayout& l, co
 }  // namespace
 
 std::size_t plan_activation_elements(const GPTConfig& c, const PlanLayout& layout, int stage) {
-  const PipelineShape shape = shape_of(layout);
+  const PipelineShape shape = layout.pipeline_shape();
   return chunk_activation_elements(c, layout, model_stage(shape, stage, 0), shape.model_stages());
 }
 
@@ -93,7 +88,7 @@ PlanMemory model_state_memory(const StateBytes& bytes, int zero, std::size_t psi
 }
 
 PlanMemory plan_memory(const GPTConfig& c, const PlanLayout& l, int stage) {
-  const PipelineShape shape = shape_of(l);
+  const PipelineShape shape = l.pipeline_shape();
   const StateBytes bytes = state_bytes(l.precision);
   const int S = shape.model_stages();
   std::size_t psi = 0;

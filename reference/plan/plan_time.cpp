@@ -27,7 +27,7 @@ PlanTime plan_time(const GPTConfig& c, const PlanLayout& l, const Cluster& clust
   const double rate = cluster.peak_tflops * 1e12 * cluster.efficiency;
   const double compute = hardware / l.world() / rate;
   if (l.pp > 1) {
-    const PipelineShape shape = parse_pipeline_schedule(l.schedule, l.pp, l.micro_batches);
+    const PipelineShape shape = l.pipeline_shape();
     const bool zb = shape.kind == PipeScheduleKind::kZbH1;
     t.bubble = bubble_fraction_formula(shape, zb ? ActionCosts{1, 1, 1, 0} : ActionCosts{1, 2, 0, 0});
   }

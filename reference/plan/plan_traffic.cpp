@@ -9,9 +9,24 @@
 
 namespace scalelab {
 
+namespace {
+
+// Elements rank 0 of a ring of d ranks sends in a reduce-scatter of n (all pieces but its own)
+// and in an all-gather of n (all but the next rank's), the pieces cut as comm/partition.hpp cuts
+// them (comm/ring.hpp).
+struct RingSent {
+  double reduce_scatter = 0, all_gather = 0;
+};
+RingSent ring_sent(std::size_t n, int d) {
+  if (d == 1) return {};
+  const BlockPartition cut{n, d};
+  return {static_cast<double>(n - cut.size(0)), static_cast<double>(n - cut.size(1))};
+}
+
+}  // namespace
+
 PlanTraffic plan_traffic(const GPTConfig& c, const PlanLayout& l, const Cluster& cluster, int stage) {
-  const PipelineShape shape = l.pp == 1 ? PipelineShape{PipeScheduleKind::k1F1B, 1, l.micro_batches, 1}
-                                        : parse_pipeline_schedule(l.schedule, l.pp, l.micro_batches);
+  const PipelineShape shape = l.pipeline_shape();
   const StateBytes bytes = state_bytes(l.precision);
   const int S = shape.model_stages();
   std::size_t psi = 0, blocks = 0;
@@ -27,12 +42,9 @@ PlanTraffic plan_traffic(const GPTConfig& c, const PlanLayout& l, const Cluster&
   }
   PlanTraffic t;
   const double m = l.micro_batches;
-  // Data parallel: rank 0 of the group sends all but its own piece in a reduce-scatter and all
-  // but the next rank's in an all-gather (comm/ring.hpp).
-  const int d = l.dp;
-  const BlockPartition cut{psi, d};
-  const double rs = d > 1 ? static_cast<double>(psi - cut.size(0)) : 0;
-  const double ag = d > 1 ? static_cast<double>(psi - cut.size(1 % d)) : 0;
+  // Data parallel, rank 0 of the group.
+  const RingSent dp = ring_sent(psi, l.dp);
+  const double rs = dp.reduce_scatter, ag = dp.all_gather;
   switch (l.zero) {
     case 0: t.dp_bytes = bytes.grad * (rs + ag); break;
     case 1: t.dp_bytes = bytes.grad * rs + bytes.param * ag; break;
@@ -55,8 +67,8 @@ PlanTraffic plan_traffic(const GPTConfig& c, const PlanLayout& l, const Cluster&
     const std::size_t C = static_cast<std::size_t>(c.channels);
     const std::size_t replicated = blocks * 6 * C + (first ? static_cast<std::size_t>(c.max_seq_len) * C : 0) +
                                    (last ? 2 * C : 0);
-    const BlockPartition ring{replicated, l.tp};
-    t.tp_bytes += bytes.grad * static_cast<double>(2 * replicated - ring.size(0) - ring.size(1 % l.tp));
+    const RingSent ring = ring_sent(replicated, l.tp);
+    t.tp_bytes += bytes.grad * (ring.reduce_scatter + ring.all_gather);
   }
   // Pipeline: one micro-batch's activations (or gradient) per message, and once per step the
   // tied embedding's gradient between the first and the last rank, whole each way.
