@@ -34,7 +34,9 @@ void refuse_unsupported(const TrainOptions& o) {
 }  // namespace
 
 PipelineStrategy::PipelineStrategy(Communicator& world, const TrainOptions& o)
-    : world_(world), shape_(parse_pipeline_schedule(o.parallel.schedule, o.parallel.pp, o.micro_batches())) {
+    : world_(world),
+      shape_(parse_pipeline_schedule(o.parallel.schedule, o.parallel.pp, o.micro_batches())),
+      zero_stage_(o.parallel.zero) {
   refuse_unsupported(o);
   grid_ = std::make_unique<ProcessGrid>(world, GridShape{o.parallel.pp, o.data_parallel_size(world.size()), 1});
   schedule_ = build_schedule(shape_, grid_->coord().pp);
@@ -54,6 +56,9 @@ std::string PipelineStrategy::describe() const {
     s += ")";
   }
   if (d > 1) s += "; data parallel over " + std::to_string(d) + " replicas";
+  if (zero_)
+    s += "; ZeRO-1 (distributed optimizer): AdamW state of " + std::to_string(zero_->shard_size()) +
+         " of the stage's " + std::to_string(stage_->num_params()) + " parameters";
   return s;
 }
 
@@ -62,11 +67,16 @@ std::unique_ptr<TrainModel> PipelineStrategy::make_model(const GPTConfig& config
   auto model = std::make_unique<PipelineStageModel>(config, shape_, grid_->coord().pp, tracker);
   stage_ = model.get();
   tracker_ = tracker;
-  return model;
+  if (zero_stage_ == 0) return model;
+  float *params = stage_->params(), *grads = stage_->fp32_grads();
+  auto wrapped = std::make_unique<DistributedOptimizer>(std::move(model), params, grads, grid_->dp(), tracker);
+  zero_ = wrapped.get();
+  return wrapped;
 }
 
 void PipelineStrategy::attach(const StrategyContext& ctx) {
-  SCALELAB_CHECK(stage_ == &ctx.model, "the pipeline strategy attaches to the model it built");
+  SCALELAB_CHECK(zero_ ? zero_ == &ctx.model : stage_ == &ctx.model,
+                 "the pipeline strategy attaches to the model it built");
   const int d = grid_->shape().dp;
   check_batch_split(ctx.options.batch, d, shape_.micro_batches);
   batch_rows_ = ctx.options.batch;
@@ -106,12 +116,17 @@ void PipelineStrategy::sync_gradients(TrainModel& /*model*/) {
     pp.wait(r);
     for (std::size_t i = 0; i < n; ++i) mine[i] += theirs[i];
   }
-  // 2. One all-reduce per step over the replicas of this stage, after every backward.
-  if (grid_->shape().dp > 1) grid_->dp().all_reduce(stage_->fp32_grads(), stage_->num_params(), ReduceOp::kSum);
+  // 2. One all-reduce per step over the replicas of this stage, after every backward (under
+  //    ZeRO-1 its first half, the reduce-scatter; the all-gather follows the update).
+  if (zero_)
+    zero_->reduce_gradients();
+  else if (grid_->shape().dp > 1)
+    grid_->dp().all_reduce(stage_->fp32_grads(), stage_->num_params(), ReduceOp::kSum);
 
   report_ = {};
   report_.bytes_sent += pp.stats()[CommOp::kSend].bytes_sent - pp_before_[CommOp::kSend].bytes_sent;
-  report_.bytes_sent += grid_->dp().stats()[CommOp::kAllReduce].bytes_sent - dp_before_[CommOp::kAllReduce].bytes_sent;
+  for (CommOp op : {CommOp::kAllReduce, CommOp::kReduceScatter})
+    report_.bytes_sent += grid_->dp().stats()[op].bytes_sent - dp_before_[op].bytes_sent;
   report_.comm_seconds = comm_busy_us(timeline_.events()) * 1e-6;
   report_.hidden_fraction = hidden_fraction(timeline_.events());
   measure_bubble();
@@ -207,17 +222,31 @@ double PipelineStrategy::mean_loss(double local_loss) {
   return loss;
 }
 
-TrainModel::StepOutcome PipelineStrategy::optimizer_step(TrainModel& /*model*/, AdamW& optimizer, double lr,
-                                                         double grad_scale, double clip) {
-  // The norm of the whole model's gradient: each rank's sum of squares (the head's copy of wte
-  // left out, it equals model stage 0's), summed over the pipeline group.
+double PipelineStrategy::sum_squares(const float* g, std::size_t begin, std::size_t end) const {
   const bool skip_copy = shape_.stages > 1 && stage_->holds_head();
   const std::size_t copy_begin = skip_copy ? stage_->wte_offset() : 0;
   const std::size_t copy_end = skip_copy ? copy_begin + stage_->wte_numel() : 0;
+  double s = 0;
+  for (std::size_t i = begin; i < end; ++i)
+    if (i < copy_begin || i >= copy_end) s += static_cast<double>(g[i]) * g[i];
+  return s;
+}
+
+TrainModel::StepOutcome PipelineStrategy::optimizer_step(TrainModel& /*model*/, AdamW& optimizer, double lr,
+                                                         double grad_scale, double clip) {
+  // The norm of the whole model's gradient: each rank's sum of squares, summed over the pipeline
+  // group (and first over the shards of the stage under ZeRO-1).
+  const SumSquaresFn of_range = [this](const float* g, std::size_t begin, std::size_t end) {
+    return sum_squares(g, begin, end);
+  };
+  if (zero_) {
+    const CommStats before = grid_->dp().stats();
+    const TrainModel::StepOutcome out = zero_->step(optimizer, lr, grad_scale, clip, of_range, &grid_->pp());
+    report_.bytes_sent += grid_->dp().stats()[CommOp::kAllGather].bytes_sent - before[CommOp::kAllGather].bytes_sent;
+    return out;
+  }
   const GradNormFn norm_of = [&](const float* g, std::size_t n) {
-    double s = 0;
-    for (std::size_t i = 0; i < n; ++i)
-      if (i < copy_begin || i >= copy_end) s += static_cast<double>(g[i]) * g[i];
+    double s = of_range(g, 0, n);
     grid_->pp().all_reduce(&s, 1);
     return std::sqrt(s);
   };
@@ -229,10 +258,12 @@ double PipelineStrategy::evaluate(TrainModel& /*model*/, const int* inputs, cons
   return from_last_stage(executor_->evaluate(inputs, targets, rows, T));
 }
 
-void PipelineStrategy::save_checkpoint(const TrainCheckpoint& mine, const std::string& path) const {
+void PipelineStrategy::save_checkpoint(const TrainCheckpoint& checkpoint, const std::string& path) const {
   // Replica 0's pipeline ranks assemble params, m and v of the whole model by name on its first
   // stage, which writes one checkpoint any layout can resume from (held_values). The step, the data
-  // position and the schedule are the same on every rank.
+  // position and the schedule are the same on every rank. Under ZeRO-1 each stage's replicas
+  // first put their shards together.
+  const TrainCheckpoint mine = zero_ ? zero_->gather(checkpoint) : checkpoint;
   if (grid_->coord().dp == 0) {
     const ParamLayout& layout = stage_->layout();
     gather_and_save_checkpoint(grid_->pp(), mine, path,
@@ -241,10 +272,17 @@ void PipelineStrategy::save_checkpoint(const TrainCheckpoint& mine, const std::s
   world_.barrier();  // the file is complete when any rank returns
 }
 
-void PipelineStrategy::save_weights(const TrainModel& model, const std::string& path) const {
+void PipelineStrategy::save_weights(const TrainModel& /*model*/, const std::string& path) const {
+  // The stage's whole parameters (under ZeRO-1 too: the all-gather after each step restores them).
   if (grid_->coord().dp == 0)
-    gather_and_save_weights(grid_->pp(), path, model.config(), held_tensors(model.layout(), model.master_params()));
+    gather_and_save_weights(grid_->pp(), path, stage_->config(),
+                            held_tensors(stage_->layout(), stage_->master_params()));
   world_.barrier();  // the file is complete when any rank returns
+}
+
+std::vector<float> PipelineStrategy::held_values(const TrainModel& /*model*/, const std::vector<float>& whole) const {
+  std::vector<float> stage = held_by_name(stage_->config(), stage_->layout(), whole);
+  return zero_ ? zero_->shard_of(stage) : stage;
 }
 
 }  // namespace scalelab

@@ -5,7 +5,9 @@
 // replica's rows. After the step's last backward on every rank, and only then:
 //   1. the two copies of the tied wte (model stage 0's embedding, the last model stage's LM
 //      head) exchange gradients and both add them, so they stay bitwise equal;
-//   2. with dp > 1, one all-reduce of the rank's flat gradients over its data-parallel group.
+//   2. with dp > 1, one all-reduce of the rank's flat gradients over its data-parallel group;
+//      with --zero 1, a reduce-scatter instead, each replica updating its shard of the stage and
+//      all-gathering the parameters after the step (dist/distributed_optimizer.hpp).
 // The optimizer clips with the gradient norm over all stages (the head's wte copy counted once).
 #pragma once
 
@@ -15,6 +17,7 @@
 
 #include "comm/communicator.hpp"
 #include "comm/grid.hpp"
+#include "dist/distributed_optimizer.hpp"
 #include "dist/pipeline_executor.hpp"
 #include "dist/pipeline_stage_model.hpp"
 #include "dist/timeline.hpp"
@@ -61,6 +64,8 @@ class PipelineStrategy final : public ParallelStrategy {
   // weights, or the training state (which a run with any layout resumes from).
   void save_weights(const TrainModel& model, const std::string& path) const override;
   void save_checkpoint(const TrainCheckpoint& checkpoint, const std::string& path) const override;
+  // This stage's tensors of whole-model values (its shard of them under --zero 1).
+  std::vector<float> held_values(const TrainModel& model, const std::vector<float>& whole) const override;
 
   const PipelineShape& shape() const { return shape_; }
   ProcessGrid& grid() { return *grid_; }
@@ -76,13 +81,18 @@ class PipelineStrategy final : public ParallelStrategy {
   double from_last_stage(double value);
   // Gathers every rank's measured compute actions and fills bubble_ (collective over pp).
   void measure_bubble();
+  // This rank's sum of squares of grads[begin, end) toward the whole model's norm: the head's
+  // copy of the tied wte left out (it equals model stage 0's).
+  double sum_squares(const float* grads, std::size_t begin, std::size_t end) const;
 
   Communicator& world_;
   std::unique_ptr<ProcessGrid> grid_;
   PipelineShape shape_;
   RankSchedule schedule_;
   MemoryTracker* tracker_ = nullptr;
-  PipelineStageModel* stage_ = nullptr;  // the model make_model built (owned by the trainer)
+  PipelineStageModel* stage_ = nullptr;   // the model make_model built (owned by the trainer)
+  DistributedOptimizer* zero_ = nullptr;  // --zero 1: the wrapper around stage_ the trainer drives
+  int zero_stage_ = 0;
   std::unique_ptr<PipelineExecutor> executor_;
   Timeline timeline_;
   int batch_rows_ = 0;

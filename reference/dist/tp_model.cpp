@@ -178,18 +178,22 @@ void TensorParallelModel::set_master_params(const float* values) {
   std::copy(values, values + params_.size(), params_.data());
 }
 
+double TensorParallelModel::sum_squares(const float* g, std::size_t begin, std::size_t end) const {
+  double s = 0;
+  const auto& tensors = shard_.layout().tensors();
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    if (shard_.split(i) == TpSplit::kReplicated && tp_.rank() != 0) continue;
+    const std::size_t first = std::max(begin, tensors[i].offset);
+    const std::size_t last = std::min(end, tensors[i].offset + tensors[i].numel);
+    for (std::size_t k = first; k < last; ++k) s += static_cast<double>(g[k]) * g[k];
+  }
+  return s;
+}
+
 TrainModel::StepOutcome TensorParallelModel::optimizer_step(AdamW& optimizer, double lr, double grad_scale,
                                                             double clip) {
-  // Each split tensor's squares on the rank that holds that part; the replicated tensors' (equal
-  // on every rank once finish_gradients ran) on rank 0 only; summed over the group.
-  const GradNormFn norm_of = [this](const float* g, std::size_t /*n*/) {
-    double s = 0;
-    const auto& tensors = shard_.layout().tensors();
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
-      if (shard_.split(i) == TpSplit::kReplicated && tp_.rank() != 0) continue;
-      const float* p = g + tensors[i].offset;
-      for (std::size_t k = 0; k < tensors[i].numel; ++k) s += static_cast<double>(p[k]) * p[k];
-    }
+  const GradNormFn norm_of = [this](const float* g, std::size_t n) {
+    double s = sum_squares(g, 0, n);
     tp_.comm->all_reduce(&s, 1);
     return std::sqrt(s);
   };

@@ -69,6 +69,10 @@ class TensorParallelModel final : public TrainModel, private BlockRunner {
   // AdamW on this rank's shard; the clipping norm is the whole model's (split tensors summed
   // over the group, replicated ones counted once).
   StepOutcome optimizer_step(AdamW& optimizer, double lr, double grad_scale, double clip) override;
+  // This rank's part of the whole model's squared gradient norm, from grads[begin, end): the split
+  // tensors' squares on every rank, the replicated tensors' (equal on every rank once
+  // finish_gradients ran) on tp rank 0 only. Summed over the group, the whole model's.
+  double sum_squares(const float* grads, std::size_t begin, std::size_t end) const;
   float* fp32_grads() override { return grads_.data(); }
   std::size_t block_forward_count() const override { return block_forwards_; }
   std::string precision_name() const override { return "fp32"; }

@@ -36,7 +36,7 @@ double collective_seconds(const CommStats& s) {
 }  // namespace
 
 TensorParallelStrategy::TensorParallelStrategy(Communicator& world, const TrainOptions& o)
-    : world_(world), sequence_parallel_(o.parallel.sequence_parallel) {
+    : world_(world), sequence_parallel_(o.parallel.sequence_parallel), zero_stage_(o.parallel.zero) {
   refuse_unsupported(o);
   grid_ = std::make_unique<ProcessGrid>(world, GridShape{1, o.data_parallel_size(world.size()), o.parallel.tp});
 }
@@ -55,6 +55,9 @@ std::string TensorParallelStrategy::describe() const {
          (v.padded > v.vocab ? " of " + std::to_string(v.padded) + " padded" : "") + ")";
   }
   if (grid_->shape().dp > 1) s += "; data parallel over " + std::to_string(grid_->shape().dp) + " replicas";
+  if (zero_)
+    s += "; ZeRO-1 (distributed optimizer): AdamW state of " + std::to_string(zero_->shard_size()) +
+         " of the shard's " + std::to_string(model_->num_params()) + " parameters";
   return s;
 }
 
@@ -63,11 +66,16 @@ std::unique_ptr<TrainModel> TensorParallelStrategy::make_model(const GPTConfig& 
                                                                const TrainModelFactory& /*whole*/) {
   auto model = std::make_unique<TensorParallelModel>(config, grid_->tp(), sequence_parallel_, tracker);
   model_ = model.get();
-  return model;
+  if (zero_stage_ == 0) return model;
+  float *params = model_->params(), *grads = model_->grads();
+  auto wrapped = std::make_unique<DistributedOptimizer>(std::move(model), params, grads, grid_->dp(), tracker);
+  zero_ = wrapped.get();
+  return wrapped;
 }
 
 void TensorParallelStrategy::attach(const StrategyContext& ctx) {
-  SCALELAB_CHECK(model_ == &ctx.model, "the tensor-parallel strategy attaches to the model it built");
+  SCALELAB_CHECK(zero_ ? zero_ == &ctx.model : model_ == &ctx.model,
+                 "the tensor-parallel strategy attaches to the model it built");
   check_batch_split(ctx.options.batch, grid_->shape().dp, ctx.options.micro_batches());
   check_replicas_agree(world_, ctx.run_description);
   // The replicas of one shard start from dp rank 0's parameters (as DDP's do).
@@ -91,7 +99,10 @@ double TensorParallelStrategy::run_micro_batches(TrainModel& model, const Global
 void TensorParallelStrategy::sync_gradients(TrainModel& /*model*/) {
   model_->finish_gradients();
   step_ledger_ = model_->group().ledger;
-  if (grid_->shape().dp > 1) grid_->dp().all_reduce(model_->grads(), model_->num_params(), ReduceOp::kSum);
+  if (zero_)
+    zero_->reduce_gradients();
+  else if (grid_->shape().dp > 1)
+    grid_->dp().all_reduce(model_->grads(), model_->num_params(), ReduceOp::kSum);
   report_ = {};
   report_.bytes_sent = bytes_of(grid_->tp().stats(), tp_before_) + bytes_of(grid_->dp().stats(), dp_before_);
   report_.comm_seconds = collective_seconds(grid_->tp().stats()) - collective_seconds(tp_before_) +
@@ -106,6 +117,18 @@ double TensorParallelStrategy::mean_loss(double local_loss) {
     loss /= grid_->shape().dp;
   }
   return loss;
+}
+
+TrainModel::StepOutcome TensorParallelStrategy::optimizer_step(TrainModel& model, AdamW& optimizer, double lr,
+                                                               double grad_scale, double clip) {
+  if (!zero_) return model.optimizer_step(optimizer, lr, grad_scale, clip);
+  const CommStats before = grid_->dp().stats();
+  const SumSquaresFn of_range = [this](const float* g, std::size_t begin, std::size_t end) {
+    return model_->sum_squares(g, begin, end);
+  };
+  const TrainModel::StepOutcome out = zero_->step(optimizer, lr, grad_scale, clip, of_range, &grid_->tp());
+  report_.bytes_sent += grid_->dp().stats()[CommOp::kAllGather].bytes_sent - before[CommOp::kAllGather].bytes_sent;
+  return out;
 }
 
 std::string TensorParallelStrategy::report() const {
@@ -136,17 +159,20 @@ std::vector<float> TensorParallelStrategy::held_values(const TrainModel& /*model
           "resume from a checkpoint written by scalelab train --save-state for this config");
   std::vector<float> mine(shard.layout().num_params());
   shard.shard(whole.data(), mine.data());
-  return mine;
+  return zero_ ? zero_->shard_of(mine) : mine;
 }
 
 void TensorParallelStrategy::save_weights(const TrainModel& model, const std::string& path) const {
   // Replica 0's tp group assembles the whole model from every rank's pieces; its rank 0 writes.
+  // The shard's whole parameters (under ZeRO-1 too: the all-gather after each step restores them).
   if (grid_->coord().dp == 0)
-    gather_and_save_weights(grid_->tp(), path, model.config(), model_->shard().held(model.master_params()));
+    gather_and_save_weights(grid_->tp(), path, model.config(), model_->shard().held(model_->master_params()));
   world_.barrier();  // the file is complete when any rank returns
 }
 
-void TensorParallelStrategy::save_checkpoint(const TrainCheckpoint& mine, const std::string& path) const {
+void TensorParallelStrategy::save_checkpoint(const TrainCheckpoint& checkpoint, const std::string& path) const {
+  // Under ZeRO-1 each shard's replicas first put their parts of m and v together.
+  const TrainCheckpoint mine = zero_ ? zero_->gather(checkpoint) : checkpoint;
   if (grid_->coord().dp == 0) {
     const TpLayout& shard = model_->shard();
     gather_and_save_checkpoint(grid_->tp(), mine, path, [&](const float* values) { return shard.held(values); });

@@ -4,7 +4,9 @@
 // the same rows, those of different replicas different rows. After the step's last backward:
 //   1. under sequence parallelism, the replicated tensors' gradients summed over the tp group;
 //   2. with dp > 1, one all-reduce of the rank's flat gradients over its data-parallel group
-//      (replica i's tp rank r holds the same shard as replica j's tp rank r).
+//      (replica i's tp rank r holds the same shard as replica j's tp rank r); with --zero 1, a
+//      reduce-scatter instead, each replica updating its part of the shard and all-gathering the
+//      parameters after the step (dist/distributed_optimizer.hpp).
 // The optimizer clips with the whole model's gradient norm (dist/tp_model.cpp).
 #pragma once
 
@@ -13,6 +15,7 @@
 
 #include "comm/communicator.hpp"
 #include "comm/grid.hpp"
+#include "dist/distributed_optimizer.hpp"
 #include "dist/tp_model.hpp"
 #include "train/parallel_strategy.hpp"
 
@@ -35,6 +38,8 @@ class TensorParallelStrategy final : public ParallelStrategy {
   double run_micro_batches(TrainModel& model, const GlobalBatch& batch, double loss_scale) override;
   void sync_gradients(TrainModel& model) override;
   double mean_loss(double local_loss) override;
+  TrainModel::StepOutcome optimizer_step(TrainModel& model, AdamW& optimizer, double lr, double grad_scale,
+                                         double clip) override;
   StepCommReport step_report() const override { return report_; }
   std::string report() const override;
   std::vector<float> held_values(const TrainModel& model, const std::vector<float>& whole) const override;
@@ -54,6 +59,8 @@ class TensorParallelStrategy final : public ParallelStrategy {
   std::unique_ptr<ProcessGrid> grid_;
   bool sequence_parallel_ = false;
   TensorParallelModel* model_ = nullptr;  // the model make_model built (owned by the trainer)
+  DistributedOptimizer* zero_ = nullptr;  // --zero 1: the wrapper around model_ the trainer drives
+  int zero_stage_ = 0;
   CommStats tp_before_, dp_before_;
   StepCommReport report_;
   std::vector<TpCollective> step_ledger_;

@@ -12,9 +12,10 @@ namespace scalelab {
 
 namespace {
 
-// ZeRO shards the data-parallel group's state; in this build that group is the world.
+// ZeRO shards the data-parallel group's state. Alone it is stage 07's ZeroStrategy; inside a
+// pipeline or a tensor-parallel layout, stage 1 is the distributed optimizer those strategies run.
 void refuse_zero_compositions(const ParallelOptions& p) {
-  if (p.zero == 0) return;
+  if (p.zero == 0 || (p.tp == 1 && p.pp == 1)) return;
   const std::string zero = "--zero " + std::to_string(p.zero);
   // Refused by design, as DeepSpeed refuses it: a pipeline runs every micro-batch's backward into
   // the same gradients, and ZeRO-2 would reduce-scatter (and ZeRO-3 regather the parameters) once
@@ -23,14 +24,21 @@ void refuse_zero_compositions(const ParallelOptions& p) {
           zero + " with --pp " + std::to_string(p.pp) +
               ": a pipeline accumulates every micro-batch's gradients, which ZeRO-2 and -3 would shard and "
               "reduce once per micro-batch (m times the traffic; DeepSpeed refuses this combination too)",
-          "drop --pp to use ZeRO-" + std::to_string(p.zero) +
-              ", or drop --zero to keep the pipeline (real systems pair a pipeline with ZeRO-1, Megatron-LM's "
-              "distributed optimizer, which this kit does not build yet)");
-  require(p.tp == 1 && p.pp == 1, "zero",
-          zero + " with --tp " + std::to_string(p.tp) + " --pp " + std::to_string(p.pp) +
-              ": ZeRO does not compose with tensor or pipeline parallelism in this build yet (the planner, "
-              "scalelab plan, prices these layouts)",
-          "use --zero with data parallelism alone (--tp 1 --pp 1)");
+          "use --zero 1 with a pipeline (Megatron-LM's distributed optimizer), or drop --pp to use ZeRO-" +
+              std::to_string(p.zero));
+  require(p.zero == 1, "zero",
+          zero + " with --tp " + std::to_string(p.tp) +
+              ": ZeRO-2 and -3 inside tensor parallelism are not built yet (scalelab plan prices them)",
+          "use --zero 1 with --tp (the distributed optimizer), or --tp 1 for ZeRO-" + std::to_string(p.zero));
+  const std::string layout = p.pp > 1 ? "--pp " + std::to_string(p.pp) : "--tp " + std::to_string(p.tp);
+  require(!p.offload, "offload",
+          "--offload with " + layout +
+              ": the distributed optimizer keeps its shard in the model's memory in this build",
+          "drop --offload, or use --zero 1 --offload with data parallelism alone");
+  require(!p.reshard, "reshard",
+          "--reshard with " + layout +
+              ": this layout writes one whole-model checkpoint, which any layout resumes without --reshard",
+          "drop --reshard");
 }
 
 }  // namespace

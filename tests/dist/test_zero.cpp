@@ -417,10 +417,24 @@ TEST_CASE("bad ZeRO settings and files fail with one clear message", "[zero_erro
   CHECK_THROWS_WITH(check_parallel_options(o, world.size()), Catch::Contains("--reshard re-cuts"));
   if (world.size() % 2 == 0) {
     o.parallel.reshard = false;
+    // ZeRO-1 composes with tp (the distributed optimizer); -2 and -3 there are not built yet, and
+    // offload and reshard are refused with a reason.
     o.parallel.zero = 1;
     o.parallel.tp = 2;
+    CHECK_NOTHROW(check_parallel_options(o, world.size()));
+    o.parallel.zero = 3;
     CHECK_THROWS_WITH(check_parallel_options(o, world.size()),
-                      Catch::Contains("does not compose with tensor or pipeline parallelism"));
+                      Catch::Contains("zero: --zero 3 with --tp 2: ZeRO-2 and -3 inside tensor parallelism") &&
+                          Catch::Contains("use --zero 1 with --tp"));
+    o.parallel.zero = 1;
+    o.parallel.offload = true;
+    CHECK_THROWS_WITH(check_parallel_options(o, world.size()),
+                      Catch::Contains("offload: --offload with --tp 2") && Catch::Contains("drop --offload"));
+    o.parallel.offload = false;
+    o.parallel.reshard = true;
+    CHECK_THROWS_WITH(check_parallel_options(o, world.size()),
+                      Catch::Contains("reshard: --reshard with --tp 2") && Catch::Contains("without --reshard"));
+    o.parallel.reshard = false;
     // ZeRO-2 and -3 with a pipeline: refused by design, and the message says why.
     o.parallel.tp = 1;
     o.parallel.pp = 2;
@@ -428,6 +442,7 @@ TEST_CASE("bad ZeRO settings and files fail with one clear message", "[zero_erro
     o.grad_accum = 2;
     CHECK_THROWS_WITH(check_parallel_options(o, world.size()), Catch::Contains("zero: --zero 2 with --pp 2") &&
                                                                    Catch::Contains("DeepSpeed refuses") &&
+                                                                   Catch::Contains("use --zero 1 with a pipeline") &&
                                                                    Catch::Contains("drop --pp to use ZeRO-2"));
     o.grad_accum = 1;
   }

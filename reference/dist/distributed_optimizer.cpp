@@ -1,0 +1,86 @@
+// ZeRO-1 over the data-parallel group for a pipeline stage or a tensor-parallel shard (the
+// distributed optimizer of issue 15's compositions).
+#include "dist/distributed_optimizer.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.hpp"
+#include "train/fp32_model.hpp"
+
+namespace scalelab {
+
+DistributedOptimizer::DistributedOptimizer(std::unique_ptr<TrainModel> inner, float* params, float* grads,
+                                           Communicator& dp, MemoryTracker* tracker)
+    : inner_(std::move(inner)),
+      params_(params),
+      grads_(grads),
+      dp_(dp),
+      partition_(dp.partition(inner_->num_params())),
+      reduced_(partition_.size(dp.rank()), MemCategory::kComm, tracker) {}
+
+void DistributedOptimizer::reduce_gradients() {
+  // The send is the whole buffer, the receive this rank's shard of the sum: the two may not
+  // overlap (MPI's rule), so the sum lands in reduced_ and is copied into place.
+  dp_.reduce_scatter(grads_, reduced_.data(), partition_.count, DataType::kFloat32, ReduceOp::kSum);
+  std::copy(reduced_.begin(), reduced_.end(), grads_ + shard_begin());
+}
+
+void DistributedOptimizer::all_gather_params() {
+  // Each rank's shard sits at its own offset of the buffer, so the gather works in place.
+  dp_.all_gather(params_ + shard_begin(), params_, partition_.count, DataType::kFloat32);
+}
+
+TrainModel::StepOutcome DistributedOptimizer::step(AdamW& optimizer, double lr, double grad_scale, double clip,
+                                                   const SumSquaresFn& sum_squares, Communicator* model_group) {
+  const std::size_t begin = shard_begin(), end = begin + shard_size();
+  const GradNormFn norm_of = [&](const float* /*shard*/, std::size_t /*n*/) {
+    // The shards of one replica's buffer partition it, so their sums add up to the buffer's;
+    // the model group then adds the other stages' or shards' parts of the model.
+    double s = sum_squares(grads_, begin, end);
+    dp_.all_reduce(&s, 1);
+    if (model_group) model_group->all_reduce(&s, 1);
+    return std::sqrt(s);
+  };
+  const StepOutcome out = fp32_optimizer_step(optimizer, params_ + begin, grads_ + begin, end - begin, lr, grad_scale,
+                                              clip, norm_of);
+  // Skipped alike on every rank (the norm is the same everywhere): nothing changed to gather.
+  if (!out.skipped) all_gather_params();
+  return out;
+}
+
+TrainModel::StepOutcome DistributedOptimizer::optimizer_step(AdamW& optimizer, double lr, double grad_scale,
+                                                             double clip) {
+  const SumSquaresFn every_element = [](const float* g, std::size_t begin, std::size_t end) {
+    double s = 0;
+    for (std::size_t i = begin; i < end; ++i) s += static_cast<double>(g[i]) * g[i];
+    return s;
+  };
+  return step(optimizer, lr, grad_scale, clip, every_element, nullptr);
+}
+
+void DistributedOptimizer::set_master_params(const float* values) {
+  std::copy(values, values + shard_size(), params_ + shard_begin());
+  all_gather_params();
+}
+
+TrainCheckpoint DistributedOptimizer::gather(const TrainCheckpoint& mine) {
+  SCALELAB_CHECK(mine.params.size() == shard_size(), "a distributed optimizer's checkpoint holds its shard");
+  TrainCheckpoint whole = mine;
+  for (auto [from, to] : {std::pair{&mine.params, &whole.params}, std::pair{&mine.adam_m, &whole.adam_m},
+                          std::pair{&mine.adam_v, &whole.adam_v}}) {
+    to->assign(partition_.count, 0.0f);
+    std::copy(from->begin(), from->end(), to->begin() + static_cast<std::ptrdiff_t>(shard_begin()));
+    dp_.all_gather(to->data() + shard_begin(), to->data(), partition_.count, DataType::kFloat32);
+  }
+  return whole;
+}
+
+std::vector<float> DistributedOptimizer::shard_of(const std::vector<float>& inner_values) const {
+  SCALELAB_CHECK(inner_values.size() == partition_.count, "shard_of: ", inner_values.size(), " values, expected ",
+                 partition_.count);
+  const auto first = inner_values.begin() + static_cast<std::ptrdiff_t>(shard_begin());
+  return std::vector<float>(first, first + static_cast<std::ptrdiff_t>(shard_size()));
+}
+
+}  // namespace scalelab

@@ -1,0 +1,155 @@
+// Composed layouts (issue 15): ZeRO-1 inside a pipeline and inside tensor parallelism (the
+// distributed optimizer, dist/distributed_optimizer.hpp), through the trainer as `scalelab train
+// --pp 2 --zero 1` and `--tp 2 --zero 1` run them, on 4 ranks: 2 model ranks x 2 replicas.
+//
+// The reference is the same layout without ZeRO (stage 05's and 06's own tests hold those against
+// stages 00/01). With d = 2 the reduce-scatter adds the same two floats the all-reduce adds
+// (a + b == b + a), so without clipping the parameters are bitwise equal. With clipping the norm
+// is a sum of the shards' partial sums, another order of the same doubles: within 1e-6 relative.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "compare.hpp"
+#include "core/error.hpp"
+#include "ddp_fixtures.hpp"
+#include "dist/distributed_optimizer.hpp"
+#include "io/checkpoint.hpp"
+#include "model/params.hpp"
+#include "parallel/strategy_factory.hpp"
+#include "train/trainer.hpp"
+#include "world.hpp"
+
+using namespace scalelab;
+using namespace scalelab_test;
+
+namespace {
+
+constexpr int kSteps = 3;
+
+struct Layout {
+  const char* name;
+  int tp, pp;
+};
+constexpr Layout kLayouts[] = {{"pp 2 x dp 2", 1, 2}, {"tp 2 x dp 2", 2, 1}};
+
+TrainOptions options(Communicator& world, const Layout& l, int zero) {
+  TrainOptions o;
+  o.config = "tiny";
+  o.shape.num_layers = 4;
+  o.batch = 8;
+  o.steps = kSteps;
+  o.seed = 1234;
+  o.data = tiny_token_shard(world, "scalelab_compose.bin");
+  o.parallel.tp = l.tp;
+  o.parallel.pp = l.pp;
+  o.parallel.micro_batches = 2;
+  o.parallel.zero = zero;
+  return o;
+}
+
+// The rank's whole part of the model (a stage, a shard): under ZeRO-1 the wrapped model's.
+const TrainModel& part(const Trainer& t) {
+  const auto* z = dynamic_cast<const DistributedOptimizer*>(&t.model());
+  return z ? z->inner() : t.model();
+}
+
+std::size_t dp_rank(const Communicator& world, const Layout& l) {
+  // The grid is [pp][dp][tp] with tp fastest (comm/grid.hpp).
+  return static_cast<std::size_t>((world.rank() / l.tp) % (world.size() / (l.tp * l.pp)));
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO-1 inside pp and tp: the parameters of the same layout without ZeRO", "[compose_zero1]") {
+  Communicator& world = test_world();
+  if (world.size() != 4) return;
+  for (const Layout& l : kLayouts)
+    for (const double clip : {0.0, 0.05}) {
+      INFO(where(world) << ", " << l.name << ", clip " << clip);
+      TrainOptions plain_o = options(world, l, 0), zero_o = options(world, l, 1);
+      plain_o.adamw.grad_clip = zero_o.adamw.grad_clip = clip;
+      MemoryTracker t1, t2;
+      Trainer plain(plain_o, &t1, {}, make_strategy_factory(&world));
+      Trainer zero(zero_o, &t2, {}, make_strategy_factory(&world));
+      REQUIRE(dynamic_cast<DistributedOptimizer*>(&zero.model()) != nullptr);
+      for (int s = 0; s < kSteps; ++s) {
+        const StepStats a = plain.step(), b = zero.step();
+        INFO("step " << s << ": loss " << b.loss << " with ZeRO-1, " << a.loss << " without");
+        CHECK(a.loss == b.loss);  // the update differs at most in the clip factor's last bits
+        if (clip > 0) CHECK(a.grad_norm == Approx(b.grad_norm).epsilon(1e-12));
+      }
+      const std::size_t n = part(plain).num_params();
+      REQUIRE(part(zero).num_params() == n);
+      if (clip == 0)
+        CHECK_MATCH(compare_bitwise("this rank's parameters, ZeRO-1 vs none", part(zero).master_params(),
+                                    part(plain).master_params(), n));
+      else
+        CHECK_MATCH(compare_close("this rank's parameters, ZeRO-1 vs none (clipped)", part(zero).master_params(),
+                                  part(plain).master_params(), n, 1e-6, 1e-7));
+    }
+}
+
+TEST_CASE("ZeRO-1 inside pp and tp: AdamW state 8 n/d bytes per rank, and the bytes of the all-reduce",
+          "[compose_zero1_state]") {
+  Communicator& world = test_world();
+  if (world.size() != 4) return;
+  for (const Layout& l : kLayouts) {
+    INFO(where(world) << ", " << l.name);
+    MemoryTracker t1, t2;
+    Trainer plain(options(world, l, 0), &t1, {}, make_strategy_factory(&world));
+    Trainer zero(options(world, l, 1), &t2, {}, make_strategy_factory(&world));
+    plain.step();
+    zero.step();
+    // This rank's part of the model has n parameters; replica r of d keeps AdamW's m and v for
+    // its shard: n/d elements, the first n mod d shards one more (comm/partition.hpp's cut).
+    const std::size_t n = part(plain).num_params();
+    const std::size_t d = 2, r = dp_rank(world, l);
+    const std::size_t shard = n / d + (r < n % d ? 1 : 0);
+    INFO("n = " << n << ", dp rank " << r << ", shard " << shard);
+    CHECK(t2.current(MemCategory::kParams) == 4 * n);
+    CHECK(t2.current(MemCategory::kGrads) == 4 * n);
+    CHECK(t2.current(MemCategory::kOptimizer) == 8 * shard);
+    CHECK(t1.current(MemCategory::kOptimizer) == 8 * n);
+    // The reduce-scatter's receive buffer is the one buffer ZeRO-1 adds.
+    CHECK(t2.current(MemCategory::kComm) == t1.current(MemCategory::kComm) + 4 * shard);
+    // A ring all-reduce is a reduce-scatter and an all-gather: the same bytes per rank.
+    CHECK(zero.strategy().step_report().bytes_sent == plain.strategy().step_report().bytes_sent);
+  }
+}
+
+TEST_CASE("ZeRO-1 inside a pipeline: saved after 2 steps and resumed for 2 equals 4 steps, and the file is whole",
+          "[compose_zero1_resume]") {
+  Communicator& world = test_world();
+  if (world.size() != 4) return;
+  const Layout& l = kLayouts[0];
+  INFO(where(world) << ", " << l.name);
+  const std::string state = std::filesystem::temp_directory_path() / "scalelab_compose_resume.state";
+  TrainOptions o = options(world, l, 1);
+  o.steps = 4;
+  MemoryTracker t1, t2, t3, t4;
+  Trainer straight(o, &t1, {}, make_strategy_factory(&world));
+  for (int i = 0; i < 4; ++i) straight.step();
+  Trainer first(o, &t2, {}, make_strategy_factory(&world));
+  for (int i = 0; i < 2; ++i) first.step();
+  first.save_checkpoint(state);
+  TrainOptions again = o;
+  again.resume = state;
+  Trainer second(again, &t3, {}, make_strategy_factory(&world));
+  for (int i = 0; i < 2; ++i) second.step();
+  CHECK_MATCH(compare_bitwise("this stage's parameters, resumed vs straight", part(second).master_params(),
+                              part(straight).master_params(), part(straight).num_params()));
+  // The file holds the whole model's state: the same as the run without ZeRO writes.
+  TrainOptions plain_o = options(world, l, 0);
+  plain_o.steps = 4;
+  Trainer plain(plain_o, &t4, {}, make_strategy_factory(&world));
+  for (int i = 0; i < 2; ++i) plain.step();
+  const std::string plain_state = state + ".plain";
+  plain.save_checkpoint(plain_state);
+  const TrainCheckpoint a = load_checkpoint(state), b = load_checkpoint(plain_state);
+  REQUIRE(a.params.size() == ParamLayout(o.model_config()).num_params());
+  CHECK_MATCH(compare_bitwise("saved params, ZeRO-1 vs none", a.params.data(), b.params.data(), a.params.size()));
+  CHECK_MATCH(compare_bitwise("saved Adam m, ZeRO-1 vs none", a.adam_m.data(), b.adam_m.data(), a.adam_m.size()));
+  CHECK_MATCH(compare_bitwise("saved Adam v, ZeRO-1 vs none", a.adam_v.data(), b.adam_v.data(), a.adam_v.size()));
+}
