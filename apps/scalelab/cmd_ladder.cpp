@@ -81,6 +81,19 @@ std::vector<Rung> all_rungs(int accum, int ranks) {
       // Stage 08: the attention saves B NH T per block instead of B NH T^2 (the acts column).
       {"08", "chunked attention", 1, [](TrainOptions& o) { o.attention = "chunked"; }},
       {"08", "flash attention", 1, [](TrainOptions& o) { o.attention = "flash"; }},
+      // The techniques composed in one run, as real systems run them: a pipeline of `ranks`
+      // stages, two replicas of it, Megatron's distributed optimizer (ZeRO-1 over the replicas),
+      // sqrt(L) checkpointing in every stage, `accum` micro-batches.
+      {"01-07", "pp" + std::to_string(ranks) + " dp2 ZeRO-1 sqrt m=" + k, 2 * ranks,
+       [ranks, accum](TrainOptions& o) {
+         o.parallel.pp = ranks;
+         o.parallel.dp = 2;
+         o.parallel.zero = 1;
+         o.parallel.micro_batches = accum;
+         o.parallel.schedule = "1f1b";
+         o.checkpoint = CheckpointPolicy::parse("sqrt");
+         o.threads = 1;
+       }},
   };
 }
 
@@ -232,6 +245,9 @@ void add_ladder_command(CLI::App& app) {
       row["stage"] = r.stage;
       row["name"] = r.name;
       row["ranks"] = r.ranks;
+      row["layout"] = "dp" + std::to_string(o.data_parallel_size(r.ranks)) + " tp" + std::to_string(o.parallel.tp) +
+                      " pp" + std::to_string(o.parallel.pp) +
+                      (o.parallel.zero > 0 ? " z" + std::to_string(o.parallel.zero) : std::string());
       row["grad_accum"] = o.grad_accum;
       row["checkpoint"] = o.checkpoint.describe();
       row["precision"] = o.precision;
@@ -241,10 +257,10 @@ void add_ladder_command(CLI::App& app) {
     }
 
     // Per rung: its ranks, rank 0's peak memory by category, and what rank 0 sent per step.
-    std::printf("\n%-6s %-22s %5s %8s %8s %10s %8s %8s %8s %8s %9s %8s %8s\n", "stage", "technique", "ranks", "loss",
-                "val", "|dloss|00", "params", "grads", "optim", "acts", "workspace", "sent", "tok/s");
-    std::printf("%-6s %-22s %5s %8s %8s %10s %8s %8s %8s %8s %9s %8s %8s\n", "", "", "", "", "", "max", "MiB", "MiB",
-                "MiB", "MiB", "MiB", "MB/step", "");
+    std::printf("\n%-6s %-26s %5s %-14s %8s %8s %10s %8s %8s %8s %8s %9s %8s %8s\n", "stage", "technique", "ranks",
+                "layout", "loss", "val", "|dloss|00", "params", "grads", "optim", "acts", "workspace", "sent", "tok/s");
+    std::printf("%-6s %-26s %5s %-14s %8s %8s %10s %8s %8s %8s %8s %9s %8s %8s\n", "", "", "", "", "", "", "max", "MiB",
+                "MiB", "MiB", "MiB", "MiB", "MB/step", "");
     for (const auto& row : out) {
       const auto& pb = row["peak_bytes"];
       const auto& d = row["max_loss_diff_vs_00"];
@@ -258,12 +274,13 @@ void add_ladder_command(CLI::App& app) {
         std::snprintf(sent, sizeof sent, "%8.2f", row["comm_bytes_per_step"].get<double>() / 1e6);
       else
         std::snprintf(sent, sizeof sent, "%8s", "-");
-      std::printf("%-6s %-22s %5d %8.4f %8.4f %s %8.2f %8.2f %8.2f %8.2f %9.2f %s %8.0f\n",
+      std::printf("%-6s %-26s %5d %-14s %8.4f %8.4f %s %8.2f %8.2f %8.2f %8.2f %9.2f %s %8.0f\n",
                   row["stage"].get<std::string>().c_str(), row["name"].get<std::string>().c_str(),
-                  row["ranks"].get<int>(), row["final_loss"].get<double>(), row["val_loss"].get<double>(), diff,
-                  mib(pb["params"].get<std::size_t>()), mib(pb["grads"].get<std::size_t>()),
-                  mib(pb["optimizer"].get<std::size_t>()), mib(pb["activations"].get<std::size_t>()),
-                  mib(pb["workspace"].get<std::size_t>()), sent, row["tokens_per_s"].get<double>());
+                  row["ranks"].get<int>(), row["layout"].get<std::string>().c_str(), row["final_loss"].get<double>(),
+                  row["val_loss"].get<double>(), diff, mib(pb["params"].get<std::size_t>()),
+                  mib(pb["grads"].get<std::size_t>()), mib(pb["optimizer"].get<std::size_t>()),
+                  mib(pb["activations"].get<std::size_t>()), mib(pb["workspace"].get<std::size_t>()), sent,
+                  row["tokens_per_s"].get<double>());
     }
     for (const auto& row : out)
       if (row["stage"] == "05")
@@ -278,6 +295,12 @@ void add_ladder_command(CLI::App& app) {
             "(per block and pass: 2 all-gathers, 2 reduce-scatters; the ledger: scalelab train --tp %d "
             "--sequence-parallel)\n",
             row["comm_bytes_per_step"].get<double>() / 1e6, row["ranks"].get<int>());
+      else if (row["stage"] == "01-07")
+        std::printf(
+            "stage 01-07 (composed): rank 0 sent %.1f MB per step: its activations down the pipeline, its half of "
+            "the tied-embedding exchange, and its stage's reduce-scatter and all-gather over the 2 replicas; its "
+            "AdamW state is half of its stage's (ZeRO-1)\n",
+            row["comm_bytes_per_step"].get<double>() / 1e6);
       else if (row["stage"] == "07")
         std::printf(
             "stage 07 (%s): each rank sent %.1f MB per step in its reduce-scatters and all-gathers (stages 1-2: "
