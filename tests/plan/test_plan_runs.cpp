@@ -118,3 +118,14 @@ TEST_CASE("a pipeline over every rank: memory per pipeline rank as the planner p
   for (const char* schedule : {"afab", "1f1b", "zb-h1"})
     check_against_plan(world, {1, world.size(), 0, 4, false, schedule});
 }
+
+TEST_CASE("composed layouts, dp x pp and dp x tp with and without ZeRO-1: as the planner predicts", "[plan_runs]") {
+  Communicator& world = test_world();
+  if (world.size() != 4) return;  // 2 model ranks x 2 replicas
+  for (int zero : {0, 1}) {
+    check_against_plan(world, {2, 1, zero, 1});
+    check_against_plan(world, {2, 1, zero, 2, true});
+    check_against_plan(world, {1, 2, zero, 4, false, "1f1b"});
+    check_against_plan(world, {1, 2, zero, 2, false, "afab", "sqrt"});
+  }
+}
