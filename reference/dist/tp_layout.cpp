@@ -90,8 +90,8 @@ VocabRange vocab_range(int vocab_size, int t, int rank) {
   return v;
 }
 
-TpLayout::TpLayout(const GPTConfig& config, int t, int rank)
-    : config_(config), t_(t), rank_(rank), whole_(config), local_(ParamLayout::packed({})) {
+TpLayout::TpLayout(const GPTConfig& config, const ModelSlice& slice, int t, int rank)
+    : config_(config), slice_(slice), t_(t), rank_(rank), whole_(config, slice), local_(ParamLayout::packed({})) {
   require(t >= 1 && t <= config.num_heads, "tp",
           "--tp " + std::to_string(t) + " is more ranks than the model's " + std::to_string(config.num_heads) +
               " attention heads (each rank needs at least one head)",
@@ -135,21 +135,23 @@ std::size_t TpLayout::replicated_elements() const {
 
 template <typename F>
 ParamView<F> tp_param_view(const TpLayout& layout, F* base) {
+  // A slice's tensors keep their global names (model/params.hpp); what it does not hold is null.
   const ParamLayout& l = layout.layout();
+  const ModelSlice& s = layout.slice();
   auto at = [&](const std::string& name) { return base + l.find(name).offset; };
   ParamView<F> v;
-  v.wte = at("transformer.wte.weight");
-  v.wpe = at("transformer.wpe.weight");
-  for (int i = 0; i < layout.config().num_layers; ++i) {
-    const std::string h = "transformer.h." + std::to_string(i) + ".";
+  v.wte = s.embeddings || s.head ? at("transformer.wte.weight") : nullptr;
+  v.wpe = s.embeddings ? at("transformer.wpe.weight") : nullptr;
+  for (int i = 0; i < s.count(layout.config()); ++i) {
+    const std::string h = "transformer.h." + std::to_string(s.first_layer + i) + ".";
     v.blocks.push_back(BlockView<F>{at(h + "ln_1.weight"), at(h + "ln_1.bias"), at(h + "attn.c_attn.weight"),
                                     at(h + "attn.c_attn.bias"), at(h + "attn.c_proj.weight"),
                                     at(h + "attn.c_proj.bias"), at(h + "ln_2.weight"), at(h + "ln_2.bias"),
                                     at(h + "mlp.c_fc.weight"), at(h + "mlp.c_fc.bias"), at(h + "mlp.c_proj.weight"),
                                     at(h + "mlp.c_proj.bias")});
   }
-  v.lnf_w = at("transformer.ln_f.weight");
-  v.lnf_b = at("transformer.ln_f.bias");
+  v.lnf_w = s.head ? at("transformer.ln_f.weight") : nullptr;
+  v.lnf_b = s.head ? at("transformer.ln_f.bias") : nullptr;
   return v;
 }
 

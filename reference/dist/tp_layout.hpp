@@ -52,9 +52,12 @@ VocabRange vocab_range(int vocab_size, int t, int rank);
 class TpLayout {
  public:
   // Rank `rank` of t. The shape must split (ConfigError otherwise): t divides the heads.
-  TpLayout(const GPTConfig& config, int t, int rank);
+  TpLayout(const GPTConfig& config, int t, int rank) : TpLayout(config, ModelSlice{}, t, rank) {}
+  // The same for a pipeline slice's tensors (tp x pp): whole() is ParamLayout(config, slice).
+  TpLayout(const GPTConfig& config, const ModelSlice& slice, int t, int rank);
 
   const GPTConfig& config() const { return config_; }
+  const ModelSlice& slice() const { return slice_; }
   int size() const { return t_; }
   int rank() const { return rank_; }
   // This rank's tensors: nanoGPT names, local shapes, one flat buffer.
@@ -84,6 +87,7 @@ class TpLayout {
 
  private:
   GPTConfig config_;
+  ModelSlice slice_;
   int t_, rank_;
   ParamLayout whole_, local_;
   std::vector<TpSplit> splits_;

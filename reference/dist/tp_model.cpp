@@ -30,48 +30,53 @@ struct Counter {
 
 }  // namespace
 
-TensorParallelModel::TensorParallelModel(const GPTConfig& config, Communicator& tp_comm, bool sequence_parallel,
-                                         MemoryTracker* tracker)
-    : shard_(config, tp_comm.size(), tp_comm.rank()), tracker_(tracker) {
+TensorParallelModel::TensorParallelModel(const GPTConfig& config, const ModelSlice& slice, Communicator& tp_comm,
+                                         bool sequence_parallel, MemoryTracker* tracker, float* params, float* grads)
+    : shard_(config, slice, tp_comm.size(), tp_comm.rank()), tracker_(tracker), params_(params), grads_(grads) {
   tp_.comm = &tp_comm;
   tp_.sequence_parallel = sequence_parallel;
   const std::size_t n = shard_.layout().num_params();
-  params_ = Buffer<float>(n, MemCategory::kParams, tracker);
-  grads_ = Buffer<float>(n, MemCategory::kGrads, tracker);
-  w_ = tp_param_view(shard_, params_.data());
-  g_ = tp_param_view(shard_, grads_.data());
+  SCALELAB_CHECK((params == nullptr) == (grads == nullptr), "give both parameter and gradient buffers, or neither");
+  if (!params_) {
+    own_params_ = Buffer<float>(n, MemCategory::kParams, tracker);
+    own_grads_ = Buffer<float>(n, MemCategory::kGrads, tracker);
+    params_ = own_params_.data();
+    grads_ = own_grads_.data();
+  }
+  w_ = tp_param_view(shard_, params_);
+  g_ = tp_param_view(shard_, grads_);
 }
 
 template <typename Values>
-void TensorParallelModel::carve_activations(Values& v) {
+void TensorParallelModel::carve_activations(Values& v, Saved& a) {
   using Kind = CheckpointPolicy::Kind;
   const TpDims& d = dims_;
-  const int L = config().num_layers;
+  const int L = num_blocks();
   const std::size_t region = region_elements(), N = d.N();
-  encoded_ = v.take(region);
-  boundaries_.assign(1, encoded_);
+  a.encoded = v.take(region);
+  a.boundaries.assign(1, a.encoded);
   // As GPTModel: a boundary per further segment and a separate output with segments; else L
   // slots, the last one's residual3 being the output; selective shares one att buffer.
-  for (int seg = 1; seg < segment_count(acts_policy_, L); ++seg) boundaries_.push_back(v.take(region));
-  if (has_segments(acts_policy_)) final_input_ = v.take(region);
-  const bool own_att = acts_policy_.kind != Kind::kSelective;
-  blocks_.assign(static_cast<std::size_t>(activation_slots(acts_policy_, L)), BlockActs<float>{});
-  for (auto& b : blocks_) carve_tp_block_acts(b, v, d, own_att);
+  for (int seg = 1; seg < segment_count(a.policy, L); ++seg) a.boundaries.push_back(v.take(region));
+  if (has_segments(a.policy)) a.final_input = v.take(region);
+  const bool own_att = a.policy.kind != Kind::kSelective;
+  a.blocks.assign(static_cast<std::size_t>(activation_slots(a.policy, L)), BlockActs<float>{});
+  for (auto& b : a.blocks) carve_tp_block_acts(b, v, d, own_att);
   if (!own_att) {
     float* shared_att = v.take(static_cast<std::size_t>(d.NHl()) * N * d.T);
-    for (auto& b : blocks_) b.att = shared_att;
+    for (auto& b : a.blocks) b.att = shared_att;
   }
-  if (!has_segments(acts_policy_)) final_input_ = blocks_.back().residual3;
-  head_.lnf = v.take(N * d.C);
-  head_.lnf_mean = v.take(d.rows());
-  head_.lnf_rstd = v.take(d.rows());
-  head_.probs = v.take(N * shard_.vocab().local);
-  head_.losses = v.take(N);
+  if (!has_segments(a.policy)) a.final_input = a.blocks.back().residual3;
+  a.head = {};
+  if (!slice().head) return;
+  a.head.lnf = v.take(N * d.C);
+  a.head.lnf_mean = v.take(d.rows());
+  a.head.lnf_rstd = v.take(d.rows());
+  a.head.probs = v.take(N * shard_.vocab().local);
+  a.head.losses = v.take(N);
 }
 
 void TensorParallelModel::ensure_buffers(int B, int T) {
-  const bool same_policy = acts_policy_.kind == policy_.kind && acts_policy_.every == policy_.every;
-  if (act_buffer_.size() > 0 && dims_.B == B && dims_.T == T && same_policy) return;
   const int t = tp_.size();
   const std::size_t N = static_cast<std::size_t>(B) * T;
   require(!tp_.sequence_parallel || N % static_cast<std::size_t>(t) == 0, "sequence_parallel",
@@ -79,17 +84,24 @@ void TensorParallelModel::ensure_buffers(int B, int T) {
               " token rows of a micro-batch (B x T = " + std::to_string(B) + " x " + std::to_string(T) +
               ") over --tp " + std::to_string(t) + " ranks, and they do not divide",
           "choose a batch and sequence length whose product divides by --tp, or drop --sequence-parallel");
+  const bool same_shape = dims_.B == B && dims_.T == T;
   dims_ = TpDims{B, T, config().channels, config().num_heads, t, tp_.sequence_parallel};
-  acts_policy_ = policy_;
-  Counter count;
-  carve_activations(count);
-  act_buffer_ = Buffer<float>();  // free the old ones first, so the peak is not their sum
-  act_buffer_ = Buffer<float>(count.used, MemCategory::kActivations, tracker_);
-  Carver<float> acts(act_buffer_.data(), act_buffer_.size());
-  carve_activations(acts);
-  SCALELAB_CHECK(acts.used_all(), "tensor-parallel activation layout does not add up");
-
-  const std::size_t Vl = static_cast<std::size_t>(shard_.vocab().local);
+  // The saved activations: reallocated when the shape or the policy changed, or after they were
+  // stashed or released (stage 05: one set per micro-batch in flight).
+  const bool same_policy = acts_.policy.kind == policy_.kind && acts_.policy.every == policy_.every;
+  if (acts_.buffer.size() == 0 || !same_shape || !same_policy) {
+    acts_.buffer = Buffer<float>();  // free the old ones first, so the peak is not their sum
+    acts_.policy = policy_;
+    acts_.dims = dims_;
+    Counter count;
+    carve_activations(count, acts_);
+    acts_.buffer = Buffer<float>(count.used, MemCategory::kActivations, tracker_);
+    Carver<float> carver(acts_.buffer.data(), acts_.buffer.size());
+    carve_activations(carver, acts_);
+    SCALELAB_CHECK(carver.used_all(), "tensor-parallel activation layout does not add up");
+  }
+  if (scratch_buffer_.size() > 0 && same_shape) return;
+  const std::size_t Vl = slice().head ? static_cast<std::size_t>(shard_.vocab().local) : 0;
   Counter sized;
   carve_tp_block_scratch(scratch_, sized, dims_);
   scratch_buffer_ = Buffer<float>();
@@ -102,81 +114,130 @@ void TensorParallelModel::ensure_buffers(int B, int T) {
 
 double TensorParallelModel::forward(const int* tokens, const int* targets, int B, int T) {
   check_batch(config(), tokens, targets, B, T);
+  return forward_slice(tokens, nullptr, targets, B, T);
+}
+
+std::size_t TensorParallelModel::boundary_elements(int B, int T) const {
+  const std::size_t N = static_cast<std::size_t>(B) * T;
+  return (tp_.sequence_parallel ? N / static_cast<std::size_t>(tp_.size()) : N) * config().channels;
+}
+
+float TensorParallelModel::forward_slice(const int* tokens, const float* input, const int* targets, int B, int T) {
   ensure_buffers(B, T);
   const int C = config().channels;
   const std::size_t N = dims_.N();
-  tokens_.assign(tokens, tokens + N);
-  targets_.assign(targets, targets + N);
-  label("embedding");
-  vocab_parallel_embedding_forward(tp_, encoded_, scratch_.full, tokens, w_.wte, w_.wpe, shard_.vocab(), B, T, C);
+  if (slice().embeddings) {
+    acts_.tokens.assign(tokens, tokens + N);
+    label("embedding");
+    vocab_parallel_embedding_forward(tp_, acts_.encoded, scratch_.full, tokens, w_.wte, w_.wpe, shard_.vocab(), B, T,
+                                     C);
+  } else {
+    std::copy(input, input + region_elements(), acts_.encoded);  // the previous stage's rows
+  }
   walk_blocks_forward(*this, policy_);
+  if (!slice().head) return 0.0f;
+  acts_.targets.assign(targets, targets + N);
   label("head");
-  float* lnf = tp_.sequence_parallel ? scratch_.ln : head_.lnf;
-  layernorm_forward(lnf, head_.lnf_mean, head_.lnf_rstd, final_input_, w_.lnf_w, w_.lnf_b,
-                    static_cast<int>(dims_.rows()), C);
+  Saved::Head& h = acts_.head;
+  float* lnf = tp_.sequence_parallel ? scratch_.ln : h.lnf;
+  layernorm_forward(lnf, h.lnf_mean, h.lnf_rstd, acts_.final_input, w_.lnf_w, w_.lnf_b, static_cast<int>(dims_.rows()),
+                    C);
   // The LM head: column-parallel over the vocabulary, no bias; its logits land in probs.
-  column_parallel_forward(tp_, head_.probs, head_.lnf, lnf, w_.wte, nullptr, static_cast<int>(N), C,
-                          shard_.vocab().local);
+  column_parallel_forward(tp_, h.probs, h.lnf, lnf, w_.wte, nullptr, static_cast<int>(N), C, shard_.vocab().local);
   label("cross-entropy");
-  return vocab_parallel_cross_entropy_forward(tp_, head_.probs, head_.losses, head_.probs, targets, shard_.vocab(),
-                                              static_cast<int>(N));
+  return static_cast<float>(vocab_parallel_cross_entropy_forward(tp_, h.probs, h.losses, h.probs, targets,
+                                                                 shard_.vocab(), static_cast<int>(N)));
 }
 
 void TensorParallelModel::backward(double loss_scale) {
-  SCALELAB_CHECK(dims_.B > 0, "backward() called before forward()");
-  const int C = config().channels, N = static_cast<int>(dims_.N());
-  // mean loss over N positions: d loss / d loss[i] = 1/N
-  vocab_parallel_cross_entropy_backward(dlogits_, head_.probs, targets_.data(), shard_.vocab(),
-                                        static_cast<float>(loss_scale) / static_cast<float>(N), N);
-  label("head");
-  float* dlnf = scratch_.dln;
-  column_parallel_backward(tp_, dlnf, tp_.sequence_parallel ? scratch_.full : dlnf, g_.wte, nullptr, dlogits_,
-                           head_.lnf, w_.wte, N, C, shard_.vocab().local);
-  std::fill(dres_, dres_ + region_elements(), 0.0f);
-  layernorm_backward(dres_, g_.lnf_w, g_.lnf_b, dlnf, final_input_, w_.lnf_w, head_.lnf_mean, head_.lnf_rstd,
-                     static_cast<int>(dims_.rows()), C);
-  walk_blocks_backward(*this, policy_);
-  label("embedding");
-  vocab_parallel_embedding_backward(tp_, g_.wte, g_.wpe, dres_, scratch_.full, tokens_.data(), shard_.vocab(), dims_.B,
-                                    dims_.T, C);
+  SCALELAB_CHECK(acts_.dims.B > 0, "backward() called before forward()");
+  backward_slice(nullptr, static_cast<float>(loss_scale));
 }
 
+void TensorParallelModel::backward_slice(const float* doutput, float loss_scale) {
+  SCALELAB_CHECK(acts_.buffer.size() > 0, "backward with no saved forward");
+  const int C = config().channels, N = static_cast<int>(dims_.N());
+  if (slice().head) {
+    Saved::Head& h = acts_.head;
+    // mean loss over N positions: d loss / d loss[i] = 1/N
+    vocab_parallel_cross_entropy_backward(dlogits_, h.probs, acts_.targets.data(), shard_.vocab(),
+                                          loss_scale / static_cast<float>(N), N);
+    label("head");
+    float* dlnf = scratch_.dln;
+    column_parallel_backward(tp_, dlnf, tp_.sequence_parallel ? scratch_.full : dlnf, g_.wte, nullptr, dlogits_, h.lnf,
+                             w_.wte, N, C, shard_.vocab().local);
+    std::fill(dres_, dres_ + region_elements(), 0.0f);
+    layernorm_backward(dres_, g_.lnf_w, g_.lnf_b, dlnf, acts_.final_input, w_.lnf_w, h.lnf_mean, h.lnf_rstd,
+                       static_cast<int>(dims_.rows()), C);
+  } else {
+    std::copy(doutput, doutput + region_elements(), dres_);  // d loss / d output, from the next stage
+  }
+  walk_blocks_backward(*this, policy_);
+  if (!slice().embeddings) return;  // dres_ is d loss / d input: input_grad()
+  label("embedding");
+  vocab_parallel_embedding_backward(tp_, g_.wte, g_.wpe, dres_, scratch_.full, acts_.tokens.data(), shard_.vocab(),
+                                    dims_.B, dims_.T, C);
+}
+
+void TensorParallelModel::backward_input(const float*, float) {
+  throw ConfigError(
+      "schedule: zb-h1's split backward is not built for tensor-parallel pipeline stages; use --schedule 1f1b "
+      "(or afab, interleaved:V) with --tp");
+}
+
+void TensorParallelModel::backward_weight() { backward_input(nullptr, 0.0f); }
+
+void TensorParallelModel::stash_activations(int key) {
+  SCALELAB_CHECK(acts_.buffer.size() > 0, "stash_activations(", key, ") with no forward to stash");
+  SCALELAB_CHECK(!stash_.count(key), "activations of key ", key, " are already stashed");
+  stash_[key] = std::move(acts_);
+  acts_ = Saved{};
+}
+
+void TensorParallelModel::restore_activations(int key) {
+  const auto it = stash_.find(key);
+  SCALELAB_CHECK(it != stash_.end(), "no activations stashed under key ", key);
+  SCALELAB_CHECK(it->second.dims.B == dims_.B && it->second.dims.T == dims_.T, "stashed activations of another shape");
+  acts_ = std::move(it->second);
+  stash_.erase(it);
+}
+
+void TensorParallelModel::release_activations() { acts_ = Saved{}; }
+
 void TensorParallelModel::forward_block(int l, int slot, ActPlace x) {
-  label("block " + std::to_string(l));
-  tp_block_forward(tp_, blocks_[slot], w_.blocks[l], place(x), scratch_, dims_);
+  label("block " + std::to_string(slice().first_layer + l));
+  tp_block_forward(tp_, acts_.blocks[slot], w_.blocks[l], place(x), scratch_, dims_);
   ++block_forwards_;
 }
 
 void TensorParallelModel::backward_block(int l, int slot, ActPlace x) {
-  label("block " + std::to_string(l));
-  tp_block_backward(tp_, dres_, g_.blocks[l], blocks_[slot], w_.blocks[l], place(x), scratch_, dims_);
+  label("block " + std::to_string(slice().first_layer + l));
+  tp_block_backward(tp_, dres_, g_.blocks[l], acts_.blocks[slot], w_.blocks[l], place(x), scratch_, dims_);
 }
 
 void TensorParallelModel::keep_boundary(int s, ActPlace x) {
-  std::memcpy(boundaries_[s], place(x), region_elements() * sizeof(float));
+  std::memcpy(acts_.boundaries[s], place(x), region_elements() * sizeof(float));
 }
 
 void TensorParallelModel::store_output(ActPlace x) {
-  if (place(x) != final_input_) std::memcpy(final_input_, place(x), region_elements() * sizeof(float));
+  if (place(x) != acts_.final_input) std::memcpy(acts_.final_input, place(x), region_elements() * sizeof(float));
 }
 
 void TensorParallelModel::recompute_attention(int /*block*/, int slot) {
-  BlockActs<float>& a = blocks_[slot];
+  BlockActs<float>& a = acts_.blocks[slot];
   attention_forward(scratch_.dnarrow, a.att, a.qkv, dims_.B, dims_.T, dims_.Cl(), dims_.NHl());  // output discarded
 }
 
-void TensorParallelModel::zero_grad() { std::fill(grads_.data(), grads_.data() + grads_.size(), 0.0f); }
+void TensorParallelModel::zero_grad() { std::fill(grads_, grads_ + num_params(), 0.0f); }
 
 void TensorParallelModel::init_weights(std::uint64_t seed) {
-  // The whole model's values once (a transient host copy, not the model's memory), then ours.
+  // The whole slice's values once (a transient host copy, not the model's memory), then ours.
   std::vector<float> whole(shard_.whole().num_params());
-  init_gpt2_weights(shard_.whole(), config().num_layers, whole.data(), seed);
-  shard_.shard(whole.data(), params_.data());
+  init_gpt2_weights(config(), shard_.whole(), whole.data(), seed);
+  shard_.shard(whole.data(), params_);
 }
 
-void TensorParallelModel::set_master_params(const float* values) {
-  std::copy(values, values + params_.size(), params_.data());
-}
+void TensorParallelModel::set_master_params(const float* values) { std::copy(values, values + num_params(), params_); }
 
 double TensorParallelModel::sum_squares(const float* g, std::size_t begin, std::size_t end) const {
   double s = 0;
@@ -197,7 +258,7 @@ TrainModel::StepOutcome TensorParallelModel::optimizer_step(AdamW& optimizer, do
     tp_.comm->all_reduce(&s, 1);
     return std::sqrt(s);
   };
-  return fp32_optimizer_step(optimizer, params_.data(), grads_.data(), params_.size(), lr, grad_scale, clip, norm_of);
+  return fp32_optimizer_step(optimizer, params_, grads_, num_params(), lr, grad_scale, clip, norm_of);
 }
 
 void TensorParallelModel::set_attention(AttentionKind kind) {

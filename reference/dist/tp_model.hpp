@@ -21,10 +21,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "core/memory.hpp"
+#include "dist/pipeline_chunk.hpp"
 #include "dist/tp_block.hpp"
 #include "dist/tp_layout.hpp"
 #include "dist/tp_operators.hpp"
@@ -39,24 +41,31 @@ namespace scalelab {
 // Without sequence parallelism the ranks' copies are already equal and it does nothing.
 void sum_sequence_parallel_grads(TpGroup& tp, const TpLayout& layout, float* grads, std::vector<float>& staging);
 
-class TensorParallelModel final : public TrainModel, private BlockRunner {
+class TensorParallelModel final : public TrainModel, public PipelineChunk, private BlockRunner {
  public:
   // Rank tp_comm.rank() of tp_comm.size(); the communicator must outlive the model.
-  TensorParallelModel(const GPTConfig& config, Communicator& tp_comm, bool sequence_parallel, MemoryTracker* tracker);
+  TensorParallelModel(const GPTConfig& config, Communicator& tp_comm, bool sequence_parallel, MemoryTracker* tracker)
+      : TensorParallelModel(config, ModelSlice{}, tp_comm, sequence_parallel, tracker, nullptr, nullptr) {}
+  // A pipeline slice's part (tp x pp, dist/pipeline_stage_model.hpp): its tensors split as above,
+  // in the flat buffers params and grads (shard().layout().num_params() each) when given, else
+  // in its own.
+  TensorParallelModel(const GPTConfig& config, const ModelSlice& slice, Communicator& tp_comm, bool sequence_parallel,
+                      MemoryTracker* tracker, float* params, float* grads);
 
   const GPTConfig& config() const override { return shard_.config(); }
+  const ModelSlice& slice() const override { return shard_.slice(); }
   const ParamLayout& layout() const override { return shard_.layout(); }
   std::size_t num_params() const override { return shard_.layout().num_params(); }
   const TpLayout& shard() const { return shard_; }
   TpGroup& group() { return tp_; }
-  float* params() { return params_.data(); }
-  float* grads() { return grads_.data(); }
+  float* params() { return params_; }
+  float* grads() { return grads_; }
 
   // Mean loss of the whole batch (every tensor-parallel rank gets the same).
   double forward(const int* tokens, const int* targets, int B, int T) override;
   void backward(double loss_scale) override;
   // After the step's last backward: the sequence-parallel sum of replicated gradients.
-  void finish_gradients() { sum_sequence_parallel_grads(tp_, shard_, grads_.data(), staging_); }
+  void finish_gradients() { sum_sequence_parallel_grads(tp_, shard_, grads_, staging_); }
   void zero_grad() override;
   void set_checkpoint_policy(const CheckpointPolicy& policy) override { policy_ = policy; }
   // Stage 08: naive only; chunked and flash are refused naming --tp (its blocks are its own,
@@ -64,7 +73,7 @@ class TensorParallelModel final : public TrainModel, private BlockRunner {
   void set_attention(AttentionKind kind) override;
   // The whole model's GPT-2 initialisation, then this rank's part: the same start as stage 00.
   void init_weights(std::uint64_t seed) override;
-  const float* master_params() const override { return params_.data(); }
+  const float* master_params() const override { return params_; }
   void set_master_params(const float* values) override;
   // AdamW on this rank's shard; the clipping norm is the whole model's (split tensors summed
   // over the group, replicated ones counted once).
@@ -73,30 +82,66 @@ class TensorParallelModel final : public TrainModel, private BlockRunner {
   // tensors' squares on every rank, the replicated tensors' (equal on every rank once
   // finish_gradients ran) on tp rank 0 only. Summed over the group, the whole model's.
   double sum_squares(const float* grads, std::size_t begin, std::size_t end) const;
-  float* fp32_grads() override { return grads_.data(); }
+  float* fp32_grads() override { return grads_; }
   std::size_t block_forward_count() const override { return block_forwards_; }
   std::string precision_name() const override { return "fp32"; }
 
+  // As a pipeline chunk (tp x pp). The activations crossing to the next chunk are this rank's
+  // rows of the region, (Nl, C): all N rows, or N/t under sequence parallelism (each tp rank
+  // sends its own rows to the same tp rank of the next stage).
+  std::size_t boundary_elements(int B, int T) const override;
+  float forward_slice(const int* tokens, const float* input, const int* targets, int B, int T) override;
+  const float* output() const override { return acts_.final_input; }
+  void backward_slice(const float* doutput, float loss_scale) override;
+  // ZB-H1's split backward is not built for tensor-parallel chunks: ConfigError.
+  void backward_input(const float* doutput, float loss_scale) override;
+  void backward_weight() override;
+  const float* input_grad() const override { return dres_; }
+  void stash_activations(int key) override;
+  void restore_activations(int key) override;
+  void release_activations() override;
+  std::size_t stashed_count() const override { return stash_.size(); }
+
   // The last forward's saved activations, for tests: the logits' softmax (this rank's columns,
   // (N, Vl)), the embeddings' output (Nl, C) and block slot i's activations (dist/tp_block.hpp).
-  const float* probs() const { return head_.probs; }
-  const float* encoded() const { return encoded_; }
-  const BlockActs<float>& block_acts(int slot) const { return blocks_.at(static_cast<std::size_t>(slot)); }
+  const float* probs() const { return acts_.head.probs; }
+  const float* encoded() const { return acts_.encoded; }
+  const BlockActs<float>& block_acts(int slot) const { return acts_.blocks.at(static_cast<std::size_t>(slot)); }
   const TpDims& dims() const { return dims_; }
 
  private:
+  // One forward's saved activations (all in `buffer`), with its tokens and targets: what a
+  // pipeline keeps per micro-batch in flight.
+  struct Saved {
+    Buffer<float> buffer;
+    TpDims dims;
+    CheckpointPolicy policy;
+    float* encoded = nullptr;        // (Nl, C) the embeddings' output (a slice without them: its input)
+    std::vector<float*> boundaries;  // (Nl, C) segment inputs; [0] = encoded
+    std::vector<BlockActs<float>> blocks;
+    float* final_input = nullptr;  // (Nl, C) ln_f's input: the slice's output
+    struct Head {                  // with the head only
+      float* lnf = nullptr;        // (N, C)  ln_f's output, gathered: the LM head's whole input
+      float* lnf_mean = nullptr;   // (Nl)
+      float* lnf_rstd = nullptr;   // (Nl)
+      float* probs = nullptr;      // (N, Vl) this rank's columns of the softmax
+      float* losses = nullptr;     // (N)
+    } head;
+    std::vector<int> tokens, targets;
+  };
+
   void ensure_buffers(int B, int T);
   template <typename Values>
-  void carve_activations(Values& v);
+  void carve_activations(Values& v, Saved& s);
   // BlockRunner (model/block_walk.hpp).
-  int num_blocks() const override { return config().num_layers; }
+  int num_blocks() const override { return slice().count(config()); }
   void forward_block(int block, int slot, ActPlace x) override;
   void backward_block(int block, int slot, ActPlace x) override;
   void keep_boundary(int s, ActPlace x) override;
   void store_output(ActPlace x) override;
   void recompute_attention(int block, int slot) override;
   float* place(ActPlace x) const {
-    return x.kind == ActPlace::Kind::kBoundary ? boundaries_[x.index] : blocks_[x.index].residual3;
+    return x.kind == ActPlace::Kind::kBoundary ? acts_.boundaries[x.index] : acts_.blocks[x.index].residual3;
   }
   std::size_t region_elements() const { return dims_.rows() * static_cast<std::size_t>(dims_.C); }
   void label(const std::string& where) { tp_.where = where; }
@@ -104,28 +149,19 @@ class TensorParallelModel final : public TrainModel, private BlockRunner {
   TpLayout shard_;
   TpGroup tp_;
   MemoryTracker* tracker_;
-  Buffer<float> params_, grads_;
+  Buffer<float> own_params_, own_grads_;  // empty when the buffers were given
+  float* params_ = nullptr;
+  float* grads_ = nullptr;
   ParamView<float> w_, g_;
-  CheckpointPolicy policy_, acts_policy_;
-  TpDims dims_;
-  Buffer<float> act_buffer_, scratch_buffer_;
-  // Saved activations (in act_buffer_): the region's rows unless noted.
-  float* encoded_ = nullptr;        // (Nl, C) the embeddings' output
-  std::vector<float*> boundaries_;  // (Nl, C) segment inputs; [0] = encoded_
-  std::vector<BlockActs<float>> blocks_;
-  float* final_input_ = nullptr;  // (Nl, C) ln_f's input
-  struct Head {
-    float* lnf = nullptr;       // (N, C)  ln_f's output, gathered: the LM head's whole input
-    float* lnf_mean = nullptr;  // (Nl)
-    float* lnf_rstd = nullptr;  // (Nl)
-    float* probs = nullptr;     // (N, Vl) this rank's columns of the softmax
-    float* losses = nullptr;    // (N)
-  } head_;
+  CheckpointPolicy policy_;
+  TpDims dims_;  // the scratch's shape (the last forward's)
+  Saved acts_;
+  std::map<int, Saved> stash_;
+  Buffer<float> scratch_buffer_;
   // Workspace (in scratch_buffer_).
   TpBlockScratch scratch_;
-  float* dres_ = nullptr;     // (Nl, C)
-  float* dlogits_ = nullptr;  // (N, Vl)
-  std::vector<int> tokens_, targets_;
+  float* dres_ = nullptr;       // (Nl, C)
+  float* dlogits_ = nullptr;    // (N, Vl)
   std::vector<float> staging_;  // sum_sequence_parallel_grads's
   std::size_t block_forwards_ = 0;
 };

@@ -1,0 +1,90 @@
+// Stage 05: what the pipeline executor runs on one rank: a model chunk, a contiguous range of
+// blocks (with the embeddings on the first model stage, ln_f and the LM head on the last). Two
+// kinds implement it:
+//   GptChunk             the GPT's own slice (model/gpt.hpp), the whole width of every layer
+//   TensorParallelModel  a slice split over a tensor-parallel group (dist/tp_model.hpp: tp x pp)
+// so a pipeline does not care how a chunk computes, only that it takes its neighbour's
+// activations (or the tokens), gives its own to the next, and the same for the gradients backward.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "model/checkpoint_policy.hpp"
+#include "model/gpt.hpp"
+#include "model/layers/attention_kind.hpp"
+#include "model/params.hpp"
+#include "model/slice.hpp"
+
+namespace scalelab {
+
+class PipelineChunk {
+ public:
+  virtual ~PipelineChunk() = default;
+
+  virtual const ModelSlice& slice() const = 0;
+  // This chunk's tensors (its part of each, under tensor parallelism), in its own flat buffer.
+  virtual const ParamLayout& layout() const = 0;
+  virtual std::size_t num_params() const = 0;
+  // Elements of the activations (and of their gradient) that cross to the next chunk for a
+  // micro-batch of B x T tokens: B T C, or this rank's rows of them under sequence parallelism.
+  virtual std::size_t boundary_elements(int B, int T) const = 0;
+
+  // As GPTModel's slices: forward from tokens (with the embeddings) or the previous chunk's
+  // output; the mean loss with the head, else 0.
+  virtual float forward_slice(const int* tokens, const float* input, const int* targets, int B, int T) = 0;
+  virtual const float* output() const = 0;
+  // Accumulates the parameter gradients; with the head from the loss (scaled), else from doutput.
+  virtual void backward_slice(const float* doutput, float loss_scale) = 0;
+  // Zero-bubble's split backward (ZB-H1): the input gradient now, the weight gradients later.
+  virtual void backward_input(const float* doutput, float loss_scale) = 0;
+  virtual void backward_weight() = 0;
+  virtual const float* input_grad() const = 0;
+  // Micro-batches in flight: the saved activations move aside under a key and come back.
+  virtual void stash_activations(int key) = 0;
+  virtual void restore_activations(int key) = 0;
+  virtual void release_activations() = 0;
+  virtual std::size_t stashed_count() const = 0;
+
+  virtual void set_checkpoint_policy(const CheckpointPolicy& policy) = 0;
+  virtual void set_attention(AttentionKind kind) = 0;
+  virtual void init_weights(std::uint64_t seed) = 0;
+  virtual std::size_t block_forward_count() const = 0;
+};
+
+// The GPT's slice as a chunk (stage 05 alone, or with data parallelism).
+class GptChunk final : public PipelineChunk {
+ public:
+  explicit GptChunk(std::unique_ptr<GPT> gpt) : gpt_(std::move(gpt)) {}
+  GPT& gpt() { return *gpt_; }
+  const GPT& gpt() const { return *gpt_; }
+
+  const ModelSlice& slice() const override { return gpt_->slice(); }
+  const ParamLayout& layout() const override { return gpt_->layout(); }
+  std::size_t num_params() const override { return gpt_->num_params(); }
+  std::size_t boundary_elements(int B, int T) const override {
+    return static_cast<std::size_t>(B) * T * gpt_->config().channels;
+  }
+  float forward_slice(const int* tokens, const float* input, const int* targets, int B, int T) override {
+    return gpt_->forward_slice(tokens, input, targets, B, T);
+  }
+  const float* output() const override { return gpt_->output(); }
+  void backward_slice(const float* doutput, float loss_scale) override { gpt_->backward_slice(doutput, loss_scale); }
+  void backward_input(const float* doutput, float loss_scale) override { gpt_->backward_input(doutput, loss_scale); }
+  void backward_weight() override { gpt_->backward_weight(); }
+  const float* input_grad() const override { return gpt_->input_grad(); }
+  void stash_activations(int key) override { gpt_->stash_activations(key); }
+  void restore_activations(int key) override { gpt_->restore_activations(key); }
+  void release_activations() override { gpt_->release_activations(); }
+  std::size_t stashed_count() const override { return gpt_->stashed_count(); }
+  void set_checkpoint_policy(const CheckpointPolicy& policy) override { gpt_->set_checkpoint_policy(policy); }
+  void set_attention(AttentionKind kind) override { gpt_->set_attention(kind); }
+  void init_weights(std::uint64_t seed) override { gpt_->init_weights(seed); }
+  std::size_t block_forward_count() const override { return gpt_->block_forward_count(); }
+
+ private:
+  std::unique_ptr<GPT> gpt_;
+};
+
+}  // namespace scalelab
