@@ -4,6 +4,8 @@
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "dist/tp_model.hpp"
+#include "io/checkpoint.hpp"
 #include "train/fp32_model.hpp"
 
 namespace scalelab {
@@ -25,31 +27,110 @@ ModelSlice pipeline_stage_slice(const GPTConfig& config, int stage, int stages) 
 
 namespace {
 
-std::vector<ParamLayout> chunk_layouts(const GPTConfig& config, const PipelineShape& shape, int rank) {
-  std::vector<ParamLayout> layouts;
+std::vector<ModelSlice> chunk_slices(const GPTConfig& config, const PipelineShape& shape, int rank) {
+  std::vector<ModelSlice> slices;
   for (int c = 0; c < shape.chunks; ++c)
-    layouts.emplace_back(config, pipeline_stage_slice(config, model_stage(shape, rank, c), shape.model_stages()));
-  return layouts;
+    slices.push_back(pipeline_stage_slice(config, model_stage(shape, rank, c), shape.model_stages()));
+  return slices;
+}
+
+// Each chunk's tensors as this rank holds them: the slice's, or its tensor-parallel split.
+ParamLayout stage_layout(const GPTConfig& config, const std::vector<ModelSlice>& slices, StageTensorParallel tp) {
+  std::vector<ParamLayout> layouts;
+  for (const ModelSlice& s : slices)
+    layouts.push_back(tp.comm ? TpLayout(config, s, tp.comm->size(), tp.comm->rank()).layout()
+                              : ParamLayout(config, s));
+  return ParamLayout::concatenate(layouts);
 }
 
 }  // namespace
 
 PipelineStageModel::PipelineStageModel(const GPTConfig& config, const PipelineShape& shape, int rank,
-                                       MemoryTracker* tracker)
+                                       MemoryTracker* tracker, StageTensorParallel tp)
     : config_(config),
-      layout_(ParamLayout::concatenate(chunk_layouts(config, shape, rank))),
+      tp_(tp),
+      slices_(chunk_slices(config, shape, rank)),
+      layout_(stage_layout(config, slices_, tp)),
       params_(layout_.num_params(), MemCategory::kParams, tracker),
       grads_(layout_.num_params(), MemCategory::kGrads, tracker) {
   std::size_t offset = 0;
-  for (int c = 0; c < shape.chunks; ++c) {
-    const ModelSlice slice = pipeline_stage_slice(config, model_stage(shape, rank, c), shape.model_stages());
-    chunks_.push_back(std::make_unique<GPT>(config, tracker, slice, params_.data() + offset, grads_.data() + offset));
+  for (const ModelSlice& slice : slices_) {
+    float *p = params_.data() + offset, *g = grads_.data() + offset;
+    if (tp.comm)
+      chunks_.push_back(
+          std::make_unique<TensorParallelModel>(config, slice, *tp.comm, tp.sequence_parallel, tracker, p, g));
+    else
+      chunks_.push_back(std::make_unique<GptChunk>(std::make_unique<GPT>(config, tracker, slice, p, g)));
+    offsets_.push_back(offset);
     offset += chunks_.back()->num_params();
   }
 }
 
+namespace {
+
+template <typename Chunk>
+Chunk& as_gpt_chunk(Chunk* c) {
+  require(c != nullptr, "tp", "a tensor-parallel pipeline stage's chunks are split layers, not GPT slices",
+          "use chunk_at(c) (dist/pipeline_chunk.hpp), which serves either kind");
+  return *c;
+}
+
+}  // namespace
+
+GPT& PipelineStageModel::chunk(int c) { return as_gpt_chunk(dynamic_cast<GptChunk*>(chunks_.at(c).get())).gpt(); }
+
+const GPT& PipelineStageModel::chunk(int c) const {
+  return as_gpt_chunk(dynamic_cast<const GptChunk*>(chunks_.at(c).get())).gpt();
+}
+
+void PipelineStageModel::finish_gradients() {
+  for (auto& c : chunks_)
+    if (auto* t = dynamic_cast<TensorParallelModel*>(c.get())) t->finish_gradients();
+}
+
+std::vector<std::pair<std::size_t, std::size_t>> PipelineStageModel::counted_elsewhere() const {
+  std::vector<std::pair<std::size_t, std::size_t>> out;
+  for (std::size_t c = 0; c < chunks_.size(); ++c) {
+    const ModelSlice& s = slices_[c];
+    const ParamLayout& l = chunks_[c]->layout();
+    for (std::size_t i = 0; i < l.tensors().size(); ++i) {
+      const ParamTensor& t = l.tensors()[i];
+      const bool head_copy = t.name == "transformer.wte.weight" && s.head && !s.embeddings;
+      const bool replicated = tp_.comm && tp_.comm->rank() != 0 && tp_split_of(t.name) == TpSplit::kReplicated;
+      if (head_copy || replicated) out.emplace_back(offsets_[c] + t.offset, offsets_[c] + t.offset + t.numel);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<float> PipelineStageModel::held_values(const std::vector<float>& whole) const {
+  std::vector<float> mine(num_params());
+  for (std::size_t c = 0; c < chunks_.size(); ++c) {
+    const std::vector<float> slice = held_by_name(config_, ParamLayout(config_, slices_[c]), whole);
+    if (tp_.comm)
+      TpLayout(config_, slices_[c], tp_.comm->size(), tp_.comm->rank()).shard(slice.data(), mine.data() + offsets_[c]);
+    else
+      std::copy(slice.begin(), slice.end(), mine.begin() + static_cast<std::ptrdiff_t>(offsets_[c]));
+  }
+  return mine;
+}
+
+std::vector<HeldTensor> PipelineStageModel::held(const float* values) const {
+  std::vector<HeldTensor> out;
+  for (std::size_t c = 0; c < chunks_.size(); ++c) {
+    const float* v = values + offsets_[c];
+    const std::vector<HeldTensor> h = tp_.comm ? dynamic_cast<const TensorParallelModel&>(*chunks_[c]).shard().held(v)
+                                               : held_tensors(chunks_[c]->layout(), v);
+    out.insert(out.end(), h.begin(), h.end());
+  }
+  return out;
+}
+
 std::size_t PipelineStageModel::wte_numel() const {
-  return static_cast<std::size_t>(config_.vocab_size) * config_.channels;
+  const int rows = tp_.comm ? vocab_range(config_.vocab_size, tp_.comm->size(), tp_.comm->rank()).local
+                            : config_.vocab_size;
+  return static_cast<std::size_t>(rows) * config_.channels;
 }
 
 std::size_t PipelineStageModel::stashed_count() const {

@@ -8,11 +8,17 @@
 // Uneven depths: model stage s gets floor(L / S) blocks, plus one when s < L mod S (the extra
 // blocks go to the early stages, because the last one also runs the LM head, the biggest
 // product of the model).
+//
+// With tensor parallelism (tp x pp) each chunk is this rank's split of its slice
+// (TensorParallelModel, dist/tp_model.hpp), and the flat buffers hold those splits.
 #pragma once
 
 #include <memory>
 #include <vector>
 
+#include "comm/communicator.hpp"
+#include "dist/pipeline_chunk.hpp"
+#include "dist/tp_layout.hpp"
 #include "model/gpt.hpp"
 #include "model/train_model.hpp"
 #include "schedule/pipeline_schedule.hpp"
@@ -23,22 +29,53 @@ namespace scalelab {
 // there are more model stages than blocks.
 ModelSlice pipeline_stage_slice(const GPTConfig& config, int stage, int stages);
 
+// Tensor parallelism inside each pipeline stage (tp x pp): the group and whether the
+// LayerNorm/residual regions are split along the sequence.
+struct StageTensorParallel {
+  Communicator* comm = nullptr;  // null: no tensor parallelism
+  bool sequence_parallel = false;
+};
+
 class PipelineStageModel final : public TrainModel {
  public:
-  // Rank `rank`'s chunks of the pipeline `shape` (p ranks x v chunks).
-  PipelineStageModel(const GPTConfig& config, const PipelineShape& shape, int rank, MemoryTracker* tracker);
+  // Rank `rank`'s chunks of the pipeline `shape` (p ranks x v chunks), each split over tp.comm
+  // when given (the communicator must outlive the model).
+  PipelineStageModel(const GPTConfig& config, const PipelineShape& shape, int rank, MemoryTracker* tracker,
+                     StageTensorParallel tp = {});
 
   int chunk_count() const { return static_cast<int>(chunks_.size()); }
-  GPT& chunk(int c) { return *chunks_.at(c); }
-  const GPT& chunk(int c) const { return *chunks_.at(c); }
+  // Chunk c as the executor runs it.
+  PipelineChunk& chunk_at(int c) { return *chunks_.at(c); }
+  const PipelineChunk& chunk_at(int c) const { return *chunks_.at(c); }
+  // Chunk c's GPT slice (without tensor parallelism; ConfigError with it).
+  GPT& chunk(int c);
+  const GPT& chunk(int c) const;
+  bool tensor_parallel() const { return tp_.comm != nullptr; }
+  // Where chunk c's tensors start in the flat buffers.
+  std::size_t chunk_offset(int c) const { return offsets_.at(c); }
   // Whether this rank holds model stage 0 (the embeddings) and model stage S-1 (the head, with
   // its own copy of the tied wte).
   bool holds_embeddings() const { return chunks_.front()->slice().embeddings; }
   bool holds_head() const { return chunks_.back()->slice().head; }
+  // Under sequence parallelism, after the step's last backward: every chunk's replicated
+  // tensors' gradients summed over the tensor-parallel group (dist/tp_model.hpp).
+  void finish_gradients();
+  // Ranges [begin, end) of the flat buffer that another rank counts toward the whole model's
+  // gradient norm: the head's copy of the tied wte (model stage 0 counts it; only when the
+  // stage holds the head but not the embeddings), and on tensor-parallel ranks other than 0 the
+  // replicated tensors. Sorted, not overlapping.
+  std::vector<std::pair<std::size_t, std::size_t>> counted_elsewhere() const;
+  // This rank's values of whole-model values (ParamLayout(config) order): its chunks' tensors,
+  // split when tensor parallel.
+  std::vector<float> held_values(const std::vector<float>& whole) const;
+  // This rank's tensors (or their tensor-parallel pieces) in `values` (laid out like the flat
+  // buffer), as dist/gather_weights.hpp assembles the whole model from them.
+  std::vector<HeldTensor> held(const float* values) const;
   // Where this rank's copy of the tied wte (V*C values) starts in the flat buffers: model stage
   // 0's embedding or the last model stage's LM head (with p >= 2 a rank holds at most one, the
   // layouts' names being unique). Throws ConfigError on a rank that holds neither.
   std::size_t wte_offset() const { return layout_.find("transformer.wte.weight").offset; }
+  // Its elements (V C, or this tensor-parallel rank's Vl C), on every rank.
   std::size_t wte_numel() const;
   // Activations stashed over every chunk (micro-batches in flight).
   std::size_t stashed_count() const;
@@ -66,9 +103,12 @@ class PipelineStageModel final : public TrainModel {
 
  private:
   GPTConfig config_;
+  StageTensorParallel tp_;
+  std::vector<ModelSlice> slices_;
   ParamLayout layout_;
   Buffer<float> params_, grads_;
-  std::vector<std::unique_ptr<GPT>> chunks_;
+  std::vector<std::size_t> offsets_;
+  std::vector<std::unique_ptr<PipelineChunk>> chunks_;
 };
 
 }  // namespace scalelab

@@ -20,10 +20,10 @@ namespace {
 // What this build's pipeline cannot do yet: one clear refusal each, raised on every rank.
 void refuse_unsupported(const TrainOptions& o) {
   const std::string pp = "--pp " + std::to_string(o.parallel.pp);
-  require(o.parallel.tp == 1, "tp",
-          pp + " with --tp " + std::to_string(o.parallel.tp) +
-              ": tensor parallelism inside a pipeline stage is not built yet",
-          "use --tp 1 with a pipeline");
+  require(o.parallel.tp == 1 || o.parallel.schedule != "zb-h1", "schedule",
+          "--schedule zb-h1 with --tp " + std::to_string(o.parallel.tp) +
+              ": the split backward (input now, weights later) is not built for tensor-parallel stages",
+          "use --schedule 1f1b (or afab, interleaved:V) with --tp");
   require_cpu_fp32(o, pp, "--pp", "pipeline stages");
   require(o.parallel.schedule != "zb-h1" || o.checkpoint.kind == CheckpointPolicy::Kind::kNone, "checkpoint",
           "--schedule zb-h1 defers weight gradients that read the saved activations, and --checkpoint " +
@@ -36,10 +36,15 @@ void refuse_unsupported(const TrainOptions& o) {
 PipelineStrategy::PipelineStrategy(Communicator& world, const TrainOptions& o)
     : world_(world),
       shape_(parse_pipeline_schedule(o.parallel.schedule, o.parallel.pp, o.micro_batches())),
-      zero_stage_(o.parallel.zero) {
+      zero_stage_(o.parallel.zero),
+      sequence_parallel_(o.parallel.sequence_parallel) {
   refuse_unsupported(o);
-  grid_ = std::make_unique<ProcessGrid>(world, GridShape{o.parallel.pp, o.data_parallel_size(world.size()), 1});
+  grid_ = std::make_unique<ProcessGrid>(world,
+                                        GridShape{o.parallel.pp, o.data_parallel_size(world.size()), o.parallel.tp});
   schedule_ = build_schedule(shape_, grid_->coord().pp);
+  // Saving gathers the whole model from replica 0's ranks: its pipeline group, or with tensor
+  // parallelism every (pp, tp) rank of it (collective over the world, so made here, by every rank).
+  if (o.parallel.tp > 1) model_group_ = world.split(grid_->coord().dp, world.rank());
 }
 
 PipelineStrategy::~PipelineStrategy() = default;
@@ -51,10 +56,14 @@ std::string PipelineStrategy::describe() const {
   s += ", schedule " + schedule_name(shape_) + ", " + std::to_string(m) + " micro-batches of " +
        std::to_string(batch_rows_ / d / m) + " rows; this rank: stage " + std::to_string(grid_->coord().pp);
   if (stage_) {
-    s += " (" + stage_->chunk(0).slice().describe(stage_->config());
-    for (int c = 1; c < stage_->chunk_count(); ++c) s += ", " + stage_->chunk(c).slice().describe(stage_->config());
+    s += " (" + stage_->chunk_at(0).slice().describe(stage_->config());
+    for (int c = 1; c < stage_->chunk_count(); ++c) s += ", " + stage_->chunk_at(c).slice().describe(stage_->config());
     s += ")";
   }
+  if (grid_->shape().tp > 1)
+    s += "; each stage tensor parallel over " + std::to_string(grid_->shape().tp) + " ranks" +
+         (sequence_parallel_ ? " with sequence parallelism" : "") + ", this rank tp rank " +
+         std::to_string(grid_->coord().tp);
   if (d > 1) s += "; data parallel over " + std::to_string(d) + " replicas";
   if (zero_)
     s += "; ZeRO-1 (distributed optimizer): AdamW state of " + std::to_string(zero_->shard_size()) +
@@ -64,9 +73,11 @@ std::string PipelineStrategy::describe() const {
 
 std::unique_ptr<TrainModel> PipelineStrategy::make_model(const GPTConfig& config, const std::string& /*precision*/,
                                                          MemoryTracker* tracker, const TrainModelFactory& /*whole*/) {
-  auto model = std::make_unique<PipelineStageModel>(config, shape_, grid_->coord().pp, tracker);
+  const StageTensorParallel tp{grid_->shape().tp > 1 ? &grid_->tp() : nullptr, sequence_parallel_};
+  auto model = std::make_unique<PipelineStageModel>(config, shape_, grid_->coord().pp, tracker, tp);
   stage_ = model.get();
   tracker_ = tracker;
+  counted_elsewhere_ = stage_->counted_elsewhere();
   if (zero_stage_ == 0) return model;
   float *params = stage_->params(), *grads = stage_->fp32_grads();
   auto wrapped = std::make_unique<DistributedOptimizer>(std::move(model), params, grads, grid_->dp(), tracker);
@@ -91,6 +102,7 @@ void PipelineStrategy::begin_step(const GlobalBatch& /*batch*/) {
   timeline_.clear();
   pp_before_ = grid_->pp().stats();
   dp_before_ = grid_->dp().stats();
+  tp_before_ = grid_->tp().stats();
 }
 
 double PipelineStrategy::run_micro_batches(TrainModel& /*model*/, const GlobalBatch& batch, double loss_scale) {
@@ -103,6 +115,8 @@ double PipelineStrategy::run_micro_batches(TrainModel& /*model*/, const GlobalBa
 void PipelineStrategy::sync_gradients(TrainModel& /*model*/) {
   Communicator& pp = grid_->pp();
   const int p = shape_.stages;
+  // 0. Under sequence parallelism, the replicated tensors' gradients summed over the tp group.
+  stage_->finish_gradients();
   // 1. The tied embedding: model stage 0 (pp rank 0) and the last model stage (pp rank p - 1)
   //    each add the other's gradient of wte. a + b and b + a are the same float, so the copies
   //    stay bitwise equal.
@@ -127,6 +141,9 @@ void PipelineStrategy::sync_gradients(TrainModel& /*model*/) {
   report_.bytes_sent += pp.stats()[CommOp::kSend].bytes_sent - pp_before_[CommOp::kSend].bytes_sent;
   for (CommOp op : {CommOp::kAllReduce, CommOp::kReduceScatter})
     report_.bytes_sent += grid_->dp().stats()[op].bytes_sent - dp_before_[op].bytes_sent;
+  if (grid_->shape().tp > 1)  // the tensor-parallel collectives of every chunk's forward and backward
+    for (CommOp op : {CommOp::kAllReduce, CommOp::kAllGather, CommOp::kReduceScatter})
+      report_.bytes_sent += grid_->tp().stats()[op].bytes_sent - tp_before_[op].bytes_sent;
   report_.comm_seconds = comm_busy_us(timeline_.events()) * 1e-6;
   report_.hidden_fraction = hidden_fraction(timeline_.events());
   measure_bubble();
@@ -223,31 +240,33 @@ double PipelineStrategy::mean_loss(double local_loss) {
 }
 
 double PipelineStrategy::sum_squares(const float* g, std::size_t begin, std::size_t end) const {
-  const bool skip_copy = shape_.stages > 1 && stage_->holds_head();
-  const std::size_t copy_begin = skip_copy ? stage_->wte_offset() : 0;
-  const std::size_t copy_end = skip_copy ? copy_begin + stage_->wte_numel() : 0;
+  // In order over [begin, end), stepping over what another rank counts (counted_elsewhere_).
   double s = 0;
-  for (std::size_t i = begin; i < end; ++i)
-    if (i < copy_begin || i >= copy_end) s += static_cast<double>(g[i]) * g[i];
+  std::size_t i = begin;
+  for (const auto& [skip_begin, skip_end] : counted_elsewhere_) {
+    for (; i < std::min(end, skip_begin); ++i) s += static_cast<double>(g[i]) * g[i];
+    i = std::max(i, std::min(end, skip_end));
+  }
+  for (; i < end; ++i) s += static_cast<double>(g[i]) * g[i];
   return s;
 }
 
 TrainModel::StepOutcome PipelineStrategy::optimizer_step(TrainModel& /*model*/, AdamW& optimizer, double lr,
                                                          double grad_scale, double clip) {
   // The norm of the whole model's gradient: each rank's sum of squares, summed over the pipeline
-  // group (and first over the shards of the stage under ZeRO-1).
+  // group and the tensor-parallel group (and first over the shards of the stage under ZeRO-1).
   const SumSquaresFn of_range = [this](const float* g, std::size_t begin, std::size_t end) {
     return sum_squares(g, begin, end);
   };
   if (zero_) {
     const CommStats before = grid_->dp().stats();
-    const TrainModel::StepOutcome out = zero_->step(optimizer, lr, grad_scale, clip, of_range, &grid_->pp());
+    const TrainModel::StepOutcome out = zero_->step(optimizer, lr, grad_scale, clip, of_range, &model_ranks());
     report_.bytes_sent += grid_->dp().stats()[CommOp::kAllGather].bytes_sent - before[CommOp::kAllGather].bytes_sent;
     return out;
   }
   const GradNormFn norm_of = [&](const float* g, std::size_t n) {
     double s = of_range(g, 0, n);
-    grid_->pp().all_reduce(&s, 1);
+    model_ranks().all_reduce(&s, 1);
     return std::sqrt(s);
   };
   return fp32_optimizer_step(optimizer, stage_->params(), stage_->fp32_grads(), stage_->num_params(), lr, grad_scale,
@@ -264,24 +283,24 @@ void PipelineStrategy::save_checkpoint(const TrainCheckpoint& checkpoint, const 
   // position and the schedule are the same on every rank. Under ZeRO-1 each stage's replicas
   // first put their shards together.
   const TrainCheckpoint mine = zero_ ? zero_->gather(checkpoint) : checkpoint;
-  if (grid_->coord().dp == 0) {
-    const ParamLayout& layout = stage_->layout();
-    gather_and_save_checkpoint(grid_->pp(), mine, path,
-                               [&](const float* values) { return held_tensors(layout, values); });
-  }
+  if (grid_->coord().dp == 0)
+    gather_and_save_checkpoint(model_ranks(), mine, path, [&](const float* values) { return stage_->held(values); });
   world_.barrier();  // the file is complete when any rank returns
 }
 
 void PipelineStrategy::save_weights(const TrainModel& /*model*/, const std::string& path) const {
   // The stage's whole parameters (under ZeRO-1 too: the all-gather after each step restores them).
   if (grid_->coord().dp == 0)
-    gather_and_save_weights(grid_->pp(), path, stage_->config(),
-                            held_tensors(stage_->layout(), stage_->master_params()));
+    gather_and_save_weights(model_ranks(), path, stage_->config(), stage_->held(stage_->master_params()));
   world_.barrier();  // the file is complete when any rank returns
 }
 
 std::vector<float> PipelineStrategy::held_values(const TrainModel& /*model*/, const std::vector<float>& whole) const {
-  std::vector<float> stage = held_by_name(stage_->config(), stage_->layout(), whole);
+  require(whole.size() == ParamLayout(stage_->config()).num_params(), "resume",
+          "the values hold " + std::to_string(whole.size()) + " parameters, config " + stage_->config().name + " has " +
+              std::to_string(ParamLayout(stage_->config()).num_params()),
+          "resume from a checkpoint written by scalelab train --save-state for this config");
+  std::vector<float> stage = stage_->held_values(whole);
   return zero_ ? zero_->shard_of(stage) : stage;
 }
 

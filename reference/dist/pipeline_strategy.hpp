@@ -9,6 +9,11 @@
 //      with --zero 1, a reduce-scatter instead, each replica updating its shard of the stage and
 //      all-gathering the parameters after the step (dist/distributed_optimizer.hpp).
 // The optimizer clips with the gradient norm over all stages (the head's wte copy counted once).
+//
+// With --tp T each stage is split over T ranks (tp x pp, Megatron's 3D layout with dp): the grid
+// is [pp][dp][tp], a stage's chunks are tensor-parallel splits (dist/tp_model.hpp), each tp rank
+// exchanges its own activations with the same tp rank of the neighbouring stages, and under
+// sequence parallelism the replicated tensors' gradients are summed over tp before step 1.
 #pragma once
 
 #include <memory>
@@ -42,7 +47,7 @@ class PipelineStrategy final : public ParallelStrategy {
  public:
   // Collective over world: makes the [pp][dp] grid. Throws ConfigError (the same on every rank)
   // for settings a pipeline does not support: a precision other than fp32, a device other than
-  // the CPU, tensor parallelism.
+  // the CPU, the zb-h1 schedule with tensor parallelism.
   PipelineStrategy(Communicator& world, const TrainOptions& options);
   ~PipelineStrategy() override;
 
@@ -84,6 +89,10 @@ class PipelineStrategy final : public ParallelStrategy {
   // This rank's sum of squares of grads[begin, end) toward the whole model's norm: the head's
   // copy of the tied wte left out (it equals model stage 0's).
   double sum_squares(const float* grads, std::size_t begin, std::size_t end) const;
+  // The ranks that hold one replica of the model between them: the pipeline group, or with
+  // tensor parallelism every (pp, tp) rank of this replica. The gradient norm is summed over
+  // them, and saving gathers the whole model from replica 0's.
+  Communicator& model_ranks() const { return model_group_ ? *model_group_ : grid_->pp(); }
 
   Communicator& world_;
   std::unique_ptr<ProcessGrid> grid_;
@@ -93,10 +102,13 @@ class PipelineStrategy final : public ParallelStrategy {
   PipelineStageModel* stage_ = nullptr;   // the model make_model built (owned by the trainer)
   DistributedOptimizer* zero_ = nullptr;  // --zero 1: the wrapper around stage_ the trainer drives
   int zero_stage_ = 0;
+  bool sequence_parallel_ = false;
+  std::unique_ptr<Communicator> model_group_;                           // tp > 1: this replica's (pp, tp) ranks
+  std::vector<std::pair<std::size_t, std::size_t>> counted_elsewhere_;  // the stage's, for the norm
   std::unique_ptr<PipelineExecutor> executor_;
   Timeline timeline_;
   int batch_rows_ = 0;
-  CommStats pp_before_, dp_before_;
+  CommStats pp_before_, dp_before_, tp_before_;
   StepCommReport report_;
   PipelineBubble bubble_;
 };

@@ -9,14 +9,17 @@
 //                   ZeRO-3: + all-gather the params in forward and again in backward, every
 //                           micro-batch                                  3 m (d-1)/d psi_r
 //   tensor parallel per block and micro-batch 2 all-reduces of N C forward and 2 backward (and 2
-//                   more when checkpointing recomputes the forward), the embedding's 1 forward,
+//                   more for each block whose forward checkpointing recomputes: all but the
+//                   last segment's, model/block_walk.cpp), the embedding's 1 forward,
 //                   ln_f's 1 backward, the cross-entropy's 3 of N fp32 (dist/tp_model.hpp);
 //                   sequence parallelism moves the same bytes as all-gathers and reduce-scatters,
 //                   plus once per step an all-reduce of the replicated tensors' gradients
 //   pipeline        per micro-batch and chunk: the activations (N C) to the next stage, their
 //                   gradient to the previous one; with tensor parallelism each rank sends its
-//                   1/t share (Megatron-LM's scatter/gather of pipeline messages); once per step
-//                   the tied embedding's gradient (V C) between the first and the last rank
+//                   own rows to the same tp rank of the next stage: all N (every tp rank holds
+//                   them), or N/t under sequence parallelism (Megatron-LM's scatter/gather of the
+//                   non-sequence-parallel case is not built); once per step the tied embedding's
+//                   gradient (V C, or the rank's V/t rows of it) between the first and last rank
 // Placement, as Megatron-LM orders ranks: tensor-parallel ranks are neighbours (inside a node),
 // then data-parallel, then pipeline; a group whose members span nodes runs at the inter-node
 // bandwidth.

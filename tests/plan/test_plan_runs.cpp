@@ -119,13 +119,24 @@ TEST_CASE("a pipeline over every rank: memory per pipeline rank as the planner p
     check_against_plan(world, {1, world.size(), 0, 4, false, schedule});
 }
 
-TEST_CASE("composed layouts, dp x pp and dp x tp with and without ZeRO-1: as the planner predicts", "[plan_runs]") {
+TEST_CASE("composed layouts, tp x pp, and dp x pp and dp x tp with and without ZeRO-1: as the planner predicts",
+          "[plan_runs]") {
   Communicator& world = test_world();
-  if (world.size() != 4) return;  // 2 model ranks x 2 replicas
+  if (world.size() != 4) return;  // 2 model ranks x 2 replicas, or 2 x 2 model ranks
+  check_against_plan(world, {2, 2, 0, 2});
+  check_against_plan(world, {2, 2, 0, 4, true, "1f1b", "sqrt"});
+  check_against_plan(world, {2, 2, 0, 2, true, "afab"});
   for (int zero : {0, 1}) {
     check_against_plan(world, {2, 1, zero, 1});
     check_against_plan(world, {2, 1, zero, 2, true});
     check_against_plan(world, {1, 2, zero, 4, false, "1f1b"});
     check_against_plan(world, {1, 2, zero, 2, false, "afab", "sqrt"});
   }
+}
+
+TEST_CASE("dp x tp x pp with ZeRO-1, sequence parallelism and checkpointing: as the planner predicts", "[plan_runs]") {
+  Communicator& world = test_world();
+  if (world.size() != 8) return;  // 2 x 2 x 2
+  check_against_plan(world, {2, 2, 1, 2, true, "1f1b", "sqrt"});
+  check_against_plan(world, {2, 2, 0, 4, false, "afab"});
 }

@@ -54,9 +54,9 @@ bool PipelineExecutor::has_next(int chunk) const {
   return model_stage(shape_, rank_, chunk) < shape_.model_stages() - 1;
 }
 
-std::size_t PipelineExecutor::message_elements() const {
-  return static_cast<std::size_t>(micro_) * T_ * model_.config().channels;
-}
+// A micro-batch's activations (or their gradient) between two chunks: micro x T x C, or this
+// rank's rows of them when the chunks are split with sequence parallelism (tp x pp).
+std::size_t PipelineExecutor::message_elements() const { return model_.chunk_at(0).boundary_elements(micro_, T_); }
 
 // Both ends compute the same tag from the micro-batch and the model stage the message leaves:
 // activations leave stage s forward, gradients leave stage s + 1 backward (tagged with s).
@@ -131,7 +131,7 @@ void PipelineExecutor::keep_for_sending(int grad, const Action& a, const float* 
 }
 
 void PipelineExecutor::forward(const Action& a) {
-  GPT& chunk = model_.chunk(a.chunk);
+  PipelineChunk& chunk = model_.chunk_at(a.chunk);
   const std::size_t offset = static_cast<std::size_t>(a.micro_batch) * micro_ * T_;
   const int* tokens = chunk.slice().embeddings ? inputs_ + offset : nullptr;
   const int* targets = chunk.slice().head ? targets_ + offset : nullptr;
@@ -144,7 +144,7 @@ void PipelineExecutor::forward(const Action& a) {
 }
 
 void PipelineExecutor::backward(const Action& a, bool input_only) {
-  GPT& chunk = model_.chunk(a.chunk);
+  PipelineChunk& chunk = model_.chunk_at(a.chunk);
   chunk.restore_activations(a.micro_batch);
   const Buffer<float> dout = has_next(a.chunk) ? take_received(1, a) : Buffer<float>();
   // Each micro-batch's loss is a mean over its own rows: 1/m makes the sum over the m
@@ -162,7 +162,7 @@ void PipelineExecutor::backward(const Action& a, bool input_only) {
 }
 
 void PipelineExecutor::backward_weight(const Action& a) {
-  GPT& chunk = model_.chunk(a.chunk);
+  PipelineChunk& chunk = model_.chunk_at(a.chunk);
   chunk.restore_activations(a.micro_batch);
   chunk.backward_weight();
   chunk.release_activations();
@@ -208,7 +208,7 @@ double PipelineExecutor::evaluate(const int* inputs, const int* targets, int row
   const std::size_t n = message_elements();
   for (int s = 0; s < S; ++s) {
     if (s % shape_.stages != rank_) continue;
-    GPT& chunk = model_.chunk(s / shape_.stages);
+    PipelineChunk& chunk = model_.chunk_at(s / shape_.stages);
     Buffer<float> in;
     if (s > 0) {
       in = Buffer<float>(n, MemCategory::kComm, tracker_);
