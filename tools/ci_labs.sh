@@ -7,7 +7,7 @@
 #                                                 (tools/grade.py NN --expect zero, every lab)
 #   4. deliberately wrong solutions (the reference with one mistake students make: a missing 1/k,
 #      a scaler that grows one step late, truncation instead of round-to-nearest-even, a bucket
-#      launched before its gradients are final, ...; at least three per lab, listed with the
+#      launched before its gradients are final, an online softmax that forgets a rescale, ...; at least three per lab, listed with the
 #      tests they lose in docs/instructors.md) each lose exactly the tests that cover the wrong
 #      function, but those named as out of the mistake's reach, which must pass
 #                                                 (tools/grade.py NN --student-dir ... --expect-lose)
@@ -303,6 +303,37 @@ if [[ " ${labs[*]} " == *" 07 "* ]]; then
   wrong_solution 07 07-zero no-prefetch dist/zero_model.cpp \
     'if (next >= 0 && next < config().num_layers) {' 'if (false && next >= 0) {' \
     ZeroModel::gather_around_block "stage 3 without the next block's prefetch"
+fi
+if [[ " ${labs[*]} " == *" 08 "* ]]; then
+  # The running sum l not rescaled by exp(m_old - m_new) when a chunk raises the maximum (the
+  # output row still is): right whenever a query's keys fit in one chunk. Causality and the
+  # activation bytes do not depend on it.
+  KEEP="lab08.attention_chunked_causal lab08.attention_memory" \
+    wrong_solution 08 08-attention no-rescale-l model/layers/attention_chunked.cpp \
+    'l = l * alpha + reduce_sum(s, n);' 'l = l + reduce_sum(s, n);  // the rescale forgotten' \
+    attention_chunked_forward "the running sum not rescaled in attention_chunked_forward"
+  # lse = log(l), the log-sum-exp of exp(s - m) instead of exp(s): out is right, but the backward
+  # recomputes p = exp(s - lse) from it, so every gradient through the attention is wrong.
+  KEEP="lab08.attention_chunked_causal lab08.attention_memory" \
+    wrong_solution 08 08-attention lse-no-max model/layers/attention_chunked.cpp \
+    'lse_bh[t] = m + std::log(l);' 'lse_bh[t] = std::log(l);  // the maximum left out' \
+    attention_chunked_forward "an lse without the running maximum in attention_chunked_forward"
+  # D_t = dout_t . dout_t instead of dout_t . out_t: dv is right (it needs only P), dq and dk not.
+  KEEP="lab08.attention_flash_causal lab08.attention_memory" \
+    wrong_solution 08 08-attention d-from-dout model/layers/attention_flash.cpp \
+    'D[t] = reduce_dot(d + static_cast<std::size_t>(t) * C, o + static_cast<std::size_t>(t) * C, hs);' \
+    'D[t] = reduce_dot(d + static_cast<std::size_t>(t) * C, d + static_cast<std::size_t>(t) * C, hs);' \
+    attention_flash_backward "D from dout . dout instead of dout . out in attention_flash_backward"
+  # dq without the 1/sqrt(hs) of the scores (dk keeps it).
+  KEEP="lab08.attention_flash_causal lab08.attention_memory" \
+    wrong_solution 08 08-attention flash-dq-scale model/layers/attention_flash.cpp \
+    'gemm<F>(false, false, nr, hs, nc, scale, dS, Bc, ku, C3, F(1), dq' \
+    'gemm<F>(false, false, nr, hs, nc, F(1), dS, Bc, ku, C3, F(1), dq' \
+    attention_flash_backward "dq without the 1/sqrt(hs) scale in attention_flash_backward"
+  # The recomputed P not masked above the diagonal: future keys leak into dv, dS, dq and dk.
+  KEEP=lab08.attention_memory wrong_solution 08 08-attention flash-no-mask model/layers/attention_flash.cpp \
+    'const int valid = std::clamp(t0 + i + 1 - u0, 0, nc);' 'const int valid = nc;  // the causal mask forgotten' \
+    attention_flash_backward "the recomputed probabilities not masked in attention_flash_backward"
 fi
 runs 4 && summary+=("step 4 (wrong solutions): $((SECONDS - step4_started)) s")
 

@@ -38,6 +38,7 @@ LAB_DIRS = {
     "05": "05-pipeline",
     "06": "06-tensor-parallel",
     "07": "07-zero",
+    "08": "08-attention",
 }
 
 SOURCE_SUFFIXES = {".cpp", ".cc", ".cu"}             # swapped per lab by CMake: markers allowed

@@ -3,7 +3,9 @@
 // and 3, so that every query row spans several chunks or tiles, the diagonal tiles are masked and
 // the last tile is partial. Tolerance as in test_layers_fd.cpp: worst |backward - finite
 // difference| <= 1e-6 x the largest gradient (central differences with h = 1e-6 in double are
-// accurate to ~1e-9 here).
+// accurate to ~1e-9 here). Both are graded in lab 08 (tests/grading/lab08-attention.json): the
+// chunked case grades the student's forward (the finite differences are of it; the backward is
+// the reference's and reads its lse), the flash case the student's backward.
 #include <catch2/catch.hpp>
 
 #include "gradcheck.hpp"
@@ -18,7 +20,8 @@ constexpr int B = 2, T = 5, C = 12, NH = 3, N = B * T;
 constexpr double kTol = 1e-6;
 }  // namespace
 
-TEST_CASE("attention_chunked_backward matches finite differences", "[attention][fd_attention_chunked]") {
+TEST_CASE("attention_chunked_backward matches finite differences of attention_chunked_forward",
+          "[graded][fd_attention_chunked]") {
   for (int chunk : {2, 3}) {
     INFO("chunk " << chunk);
     Vec qkv = random_vec(N * 3 * C, 40, 2.0), w = random_vec(N * C, 41);
@@ -35,7 +38,7 @@ TEST_CASE("attention_chunked_backward matches finite differences", "[attention][
   }
 }
 
-TEST_CASE("attention_flash_backward matches finite differences", "[attention][fd_attention_flash]") {
+TEST_CASE("attention_flash_backward matches finite differences", "[graded][fd_attention_flash]") {
   struct Tiles {
     int Br, Bc;
   };

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -160,11 +161,18 @@ std::vector<F> part(const std::vector<F>& x, int which, int C) {
   return p;
 }
 
+// What a check compares with the naive attention: the forward's out and lse, or the backward's
+// dq, dk and dv (from the same kernel's forward, whose out and lse the backward reads).
+enum class Pass { kForward, kBackward };
+
 template <typename F>
-void check_against_naive(const std::vector<F>& out, const std::vector<F>& lse, const std::vector<F>& dqkv,
+void check_against_naive(Pass pass, const std::vector<F>& out, const std::vector<F>& lse, const std::vector<F>& dqkv,
                          const std::vector<F>& qkv, const Naive<F>& naive, const Shape& s) {
-  CHECK_CLOSE(out, naive.out, kForwardTol<F>, "out vs naive attention_forward");
-  CHECK_CLOSE(lse, oracle_lse(qkv, s), kForwardTol<F>, "lse vs log-sum-exp of the scores in double");
+  if (pass == Pass::kForward) {
+    CHECK_CLOSE(out, naive.out, kForwardTol<F>, "out vs naive attention_forward");
+    CHECK_CLOSE(lse, oracle_lse(qkv, s), kForwardTol<F>, "lse vs log-sum-exp of the scores in double");
+    return;
+  }
   const char* names[] = {"dq vs naive attention_backward", "dk vs naive attention_backward",
                          "dv vs naive attention_backward"};
   for (int which = 0; which < 3; ++which)
@@ -172,7 +180,7 @@ void check_against_naive(const std::vector<F>& out, const std::vector<F>& lse, c
 }
 
 template <typename F>
-void check_chunked(const Shape& s) {
+void check_chunked(const Shape& s, Pass pass) {
   const std::size_t BT = static_cast<std::size_t>(s.B) * s.T;
   const auto qkv = random_vec<F>(BT * 3 * s.C, 100 + s.T, 2.0);
   const auto dout = random_vec<F>(BT * s.C, 200 + s.T);
@@ -183,14 +191,15 @@ void check_chunked(const Shape& s) {
     std::vector<F> out(BT * s.C, F(7)), lse(static_cast<std::size_t>(s.B) * s.NH * s.T, F(7));
     std::vector<F> dqkv(BT * 3 * s.C, F(7)), scratch(attention_chunked_scratch_elems(chunk));
     attention_chunked_forward(out.data(), lse.data(), scratch.data(), qkv.data(), s.B, s.T, s.C, s.NH, chunk);
-    attention_chunked_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T,
-                               s.C, s.NH, chunk);
-    check_against_naive(out, lse, dqkv, qkv, naive, s);
+    if (pass == Pass::kBackward)
+      attention_chunked_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T,
+                                 s.C, s.NH, chunk);
+    check_against_naive(pass, out, lse, dqkv, qkv, naive, s);
   }
 }
 
 template <typename F>
-void check_flash(const Shape& s) {
+void check_flash(const Shape& s, Pass pass) {
   const std::size_t BT = static_cast<std::size_t>(s.B) * s.T;
   const auto qkv = random_vec<F>(BT * 3 * s.C, 100 + s.T, 2.0);
   const auto dout = random_vec<F>(BT * s.C, 200 + s.T);
@@ -200,26 +209,45 @@ void check_flash(const Shape& s) {
     std::vector<F> out(BT * s.C, F(7)), lse(static_cast<std::size_t>(s.B) * s.NH * s.T, F(7));
     std::vector<F> dqkv(BT * 3 * s.C, F(7)), scratch(attention_flash_scratch_elems(s.T, tl.Br, tl.Bc));
     attention_flash_forward(out.data(), lse.data(), scratch.data(), qkv.data(), s.B, s.T, s.C, s.NH, tl.Br, tl.Bc);
-    attention_flash_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T,
-                             s.C, s.NH, tl.Br, tl.Bc);
-    check_against_naive(out, lse, dqkv, qkv, naive, s);
+    if (pass == Pass::kBackward)
+      attention_flash_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T,
+                               s.C, s.NH, tl.Br, tl.Bc);
+    check_against_naive(pass, out, lse, dqkv, qkv, naive, s);
+  }
+}
+
+// Both kernels' checks on every shape, in double and in float.
+enum class Kernel { kChunked, kFlash };
+void check_every_shape(Kernel kernel, Pass pass) {
+  for (const Shape& s : kShapes) {
+    if (kernel == Kernel::kChunked) {
+      check_chunked<double>(s, pass);
+      check_chunked<float>(s, pass);
+    } else {
+      check_flash<double>(s, pass);
+      check_flash<float>(s, pass);
+    }
   }
 }
 
 }  // namespace
 
-TEST_CASE("chunked attention matches naive attention, forward and backward", "[attention][attention_chunked]") {
-  for (const Shape& s : kShapes) {
-    check_chunked<double>(s);
-    check_chunked<float>(s);
-  }
+// Lab 08 grades the student's chunked forward and flash backward (tests/grading/lab08-attention.json);
+// the chunked backward and the flash forward they are paired with are the reference's.
+TEST_CASE("attention_chunked_forward matches naive attention: out and lse", "[graded][attention_chunked_forward]") {
+  check_every_shape(Kernel::kChunked, Pass::kForward);
 }
 
-TEST_CASE("flash attention matches naive attention, forward and backward", "[attention][attention_flash]") {
-  for (const Shape& s : kShapes) {
-    check_flash<double>(s);
-    check_flash<float>(s);
-  }
+TEST_CASE("attention_chunked_backward matches naive attention: dq, dk, dv", "[attention][attention_chunked]") {
+  check_every_shape(Kernel::kChunked, Pass::kBackward);
+}
+
+TEST_CASE("attention_flash_forward matches naive attention: out and lse", "[attention][attention_flash]") {
+  check_every_shape(Kernel::kFlash, Pass::kForward);
+}
+
+TEST_CASE("attention_flash_backward matches naive attention: dq, dk, dv", "[graded][attention_flash_backward]") {
+  check_every_shape(Kernel::kFlash, Pass::kBackward);
 }
 
 namespace {
@@ -248,13 +276,16 @@ Result run_variant(const std::string& kind, int a, int b, const std::vector<doub
   return r;
 }
 
-}  // namespace
+// A kernel pair by name: "chunked" with chunk = a, or "flash" with tiles a x b.
+struct Variant {
+  const char* kind;
+  int a, b;
+};
 
-TEST_CASE("chunked and flash attention are causal: the future does not reach earlier queries",
-          "[attention][attention_causal]") {
-  // Replace q, k and v of every position from t_cut on. Queries before t_cut must not see it: their
-  // out, lse and dq are exactly (bitwise) what they were, since masked entries enter only as
-  // exact zeros. Positions from t_cut on must change (else the test would prove nothing).
+// Replace q, k and v of every position from t_cut on. Queries before t_cut must not see it: their
+// out, lse and dq are exactly (bitwise) what they were, since masked entries enter only as exact
+// zeros. Positions from t_cut on must change (else the test would prove nothing).
+void check_causal(std::initializer_list<Variant> variants) {
   const Shape s{2, 37, 12, 3};
   const int t_cut = 20, C3 = 3 * s.C;
   const std::size_t BT = static_cast<std::size_t>(s.B) * s.T;
@@ -268,12 +299,7 @@ TEST_CASE("chunked and flash attention are causal: the future does not reach ear
         const std::size_t i = (static_cast<std::size_t>(b) * s.T + t) * C3 + c;
         changed[i] = future[i];
       }
-  struct Variant {
-    const char* kind;
-    int a, b;
-  };
-  for (const Variant v : {Variant{"chunked", 7, 0}, Variant{"chunked", 16, 0}, Variant{"flash", 16, 16},
-                          Variant{"flash", 7, 16}, Variant{"flash", 16, 7}}) {
+  for (const Variant v : variants) {
     INFO(v.kind << " " << v.a << (v.b ? " x " + std::to_string(v.b) : std::string()) << ", t_cut " << t_cut);
     const Result before = run_variant(v.kind, v.a, v.b, qkv, dout, s);
     const Result after = run_variant(v.kind, v.a, v.b, changed, dout, s);
@@ -302,6 +328,19 @@ TEST_CASE("chunked and flash attention are causal: the future does not reach ear
       }
     }
   }
+}
+
+}  // namespace
+
+// The chunked forward's out and lse (and the reference backward's dq, which reads them).
+TEST_CASE("chunked attention is causal: the future does not reach earlier queries",
+          "[graded][attention_chunked_causal]") {
+  check_causal({Variant{"chunked", 7, 0}, Variant{"chunked", 16, 0}});
+}
+
+// The flash backward's dq (out and lse come from the reference flash forward).
+TEST_CASE("flash attention is causal: the future does not reach earlier queries", "[graded][attention_flash_causal]") {
+  check_causal({Variant{"flash", 16, 16}, Variant{"flash", 7, 16}, Variant{"flash", 16, 7}});
 }
 
 TEST_CASE("--attention parses naive, chunked and flash and rejects anything else", "[attention][attention_kind]") {

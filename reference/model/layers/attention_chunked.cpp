@@ -18,6 +18,7 @@ std::size_t attention_chunked_scratch_elems(int chunk) { return static_cast<std:
 
 template <typename F>
 void attention_chunked_forward(F* out, F* lse, F* scratch, const F* qkv, int B, int T, int C, int NH, int chunk) {
+  // LAB 08 BEGIN attention_chunked_forward: section 2
   const int hs = C / NH, C3 = 3 * C;
   const F scale = F(1) / std::sqrt(F(hs));
   F* s = scratch;  // (chunk) scores, then unnormalised probabilities, of one query against one chunk
@@ -64,6 +65,7 @@ void attention_chunked_forward(F* out, F* lse, F* scratch, const F* qkv, int B, 
         lse_bh[t] = m + std::log(l);
       }
     }
+  // LAB 08 END
 }
 
 template <typename F>

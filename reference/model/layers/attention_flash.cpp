@@ -87,6 +87,7 @@ void attention_flash_forward(F* out, F* lse, F* scratch, const F* qkv, int B, in
 template <typename F>
 void attention_flash_backward(F* dqkv, F* scratch, const F* dout, const F* qkv, const F* out, const F* lse, int B,
                               int T, int C, int NH, int Br, int Bc) {
+  // LAB 08 BEGIN attention_flash_backward: section 3
   const int hs = C / NH, C3 = 3 * C;
   const F scale = F(1) / std::sqrt(F(hs));
   F* P = scratch;                                 // (Br,Bc) probabilities of one tile
@@ -147,6 +148,7 @@ void attention_flash_backward(F* dqkv, F* scratch, const F* dout, const F* qkv, 
         }
       }
     }
+  // LAB 08 END
 }
 
 template void attention_flash_forward<float>(float*, float*, float*, const float*, int, int, int, int, int, int);
