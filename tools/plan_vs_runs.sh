@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs one short training step per layout (data parallel with ZeRO 0-3 on 1-4 ranks, tensor
-# parallel on 2 and 4, a pipeline of 2 under three schedules, flash attention on three of them) and asks the planner about the same
+# parallel on 2 and 4, a pipeline of 2 under three schedules, flash attention on three of them,
+# composed layouts on 4 and 8 ranks) and asks the planner about the same
 # layout; writes OUT/index.jsonl (one line per run) with the metrics and plan files it made. The
 # notebooks zero.ipynb and planner.ipynb read it, and the planner's view of GPT-2 1.5B on 16 H100s.
 #   bash tools/plan_vs_runs.sh [build/release/bin/scalelab] [out/plan_vs_runs]
@@ -44,6 +45,11 @@ for s in afab 1f1b zb-h1; do run "pp2_$s" 2 1 1 2 0 4 "$s" 0; done
 run flash_d1 1 1 1 1 0 1 1f1b 0 flash
 run flash_zero2_d2 2 2 1 1 2 1 1f1b 0 flash
 run flash_pp2_1f1b 2 1 1 2 0 4 1f1b 0 flash
+# Composed: ZeRO-1 inside pp and tp, tp x pp, and dp x tp x pp with ZeRO-1 and sequence parallelism.
+run dp2_pp2_zero1 4 2 1 2 1 4 1f1b 0
+run dp2_tp2_zero1 4 2 2 1 1 1 1f1b 0
+run tp2_pp2 4 1 2 2 0 2 1f1b 0
+run dp2_tp2_pp2_zero1_sp 8 2 2 2 1 2 1f1b 1
 # The planner on a published shape: GPT-2 1.5B on two nodes of 8 H100s.
 "$cli" plan --model gpt2-1.5b --nodes 2 --batch 512 --json "$out/gpt2-1.5b.plan.json" > "$out/gpt2-1.5b.plan.txt"
 echo "plan_vs_runs: $(wc -l < "$out/index.jsonl") runs in $out"
