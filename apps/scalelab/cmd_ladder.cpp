@@ -81,13 +81,16 @@ std::vector<Rung> all_rungs(int accum, int ranks) {
       // Stage 08: the attention saves B NH T per block instead of B NH T^2 (the acts column).
       {"08", "chunked attention", 1, [](TrainOptions& o) { o.attention = "chunked"; }},
       {"08", "flash attention", 1, [](TrainOptions& o) { o.attention = "flash"; }},
-      // The techniques composed in one run, as real systems run them: a pipeline of `ranks`
-      // stages, two replicas of it, Megatron's distributed optimizer (ZeRO-1 over the replicas),
-      // sqrt(L) checkpointing in every stage, `accum` micro-batches.
-      {"01-07", "pp" + std::to_string(ranks) + " dp2 ZeRO-1 sqrt m=" + k, 2 * ranks,
+      // The techniques composed in one run, as real systems run them (Megatron-LM's 3D layout):
+      // a pipeline of `ranks` stages, each split over 2 tensor-parallel ranks with sequence
+      // parallelism, two replicas of it with the distributed optimizer (ZeRO-1 over them), sqrt(L)
+      // checkpointing in every stage, `accum` micro-batches.
+      {"01-07", "dp2 tp2 pp" + std::to_string(ranks) + " Z1 SP sqrt m=" + k, 4 * ranks,
        [ranks, accum](TrainOptions& o) {
          o.parallel.pp = ranks;
+         o.parallel.tp = 2;
          o.parallel.dp = 2;
+         o.parallel.sequence_parallel = true;
          o.parallel.zero = 1;
          o.parallel.micro_batches = accum;
          o.parallel.schedule = "1f1b";
@@ -297,9 +300,10 @@ void add_ladder_command(CLI::App& app) {
             row["comm_bytes_per_step"].get<double>() / 1e6, row["ranks"].get<int>());
       else if (row["stage"] == "01-07")
         std::printf(
-            "stage 01-07 (composed): rank 0 sent %.1f MB per step: its activations down the pipeline, its half of "
-            "the tied-embedding exchange, and its stage's reduce-scatter and all-gather over the 2 replicas; its "
-            "AdamW state is half of its stage's (ZeRO-1)\n",
+            "stage 01-07 (composed): rank 0 sent %.1f MB per step: its rows of the activations down the pipeline, "
+            "its vocabulary rows of the tied-embedding exchange, its tensor-parallel all-gathers and "
+            "reduce-scatters, and its split's reduce-scatter and all-gather over the 2 replicas; it holds half of "
+            "its stage's parameters (tp 2) and AdamW state for half of those (ZeRO-1)\n",
             row["comm_bytes_per_step"].get<double>() / 1e6);
       else if (row["stage"] == "07")
         std::printf(
