@@ -29,6 +29,7 @@
 #include "io/safetensors.hpp"
 #include "model/params.hpp"
 #include "parallel/strategy_factory.hpp"
+#include "resume_runs.hpp"
 #include "train/trainer.hpp"
 #include "world.hpp"
 
@@ -139,21 +140,13 @@ TEST_CASE("ZeRO-1 inside a pipeline: saved after 2 steps and resumed for 2 equal
   const std::string state = std::filesystem::temp_directory_path() / "scalelab_compose_resume.state";
   TrainOptions o = options(world, l, 1);
   o.steps = 4;
-  MemoryTracker t1, t2, t3, t4;
-  Trainer straight(o, &t1, {}, make_strategy_factory(&world));
-  for (int i = 0; i < 4; ++i) straight.step();
-  Trainer first(o, &t2, {}, make_strategy_factory(&world));
-  for (int i = 0; i < 2; ++i) first.step();
-  first.save_checkpoint(state);
-  TrainOptions again = o;
-  again.resume = state;
-  Trainer second(again, &t3, {}, make_strategy_factory(&world));
-  for (int i = 0; i < 2; ++i) second.step();
-  CHECK_MATCH(compare_bitwise("this stage's parameters, resumed vs straight", part(second).master_params(),
-                              part(straight).master_params(), part(straight).num_params()));
+  const auto runs = run_straight_and_resumed(o, state, make_strategy_factory(&world));
+  CHECK_MATCH(compare_bitwise("this stage's parameters, resumed vs straight", part(*runs->resumed).master_params(),
+                              part(*runs->straight).master_params(), part(*runs->straight).num_params()));
   // The file holds the whole model's state: the same as the run without ZeRO writes.
   TrainOptions plain_o = options(world, l, 0);
   plain_o.steps = 4;
+  MemoryTracker t4;
   Trainer plain(plain_o, &t4, {}, make_strategy_factory(&world));
   for (int i = 0; i < 2; ++i) plain.step();
   const std::string plain_state = state + ".plain";
@@ -231,18 +224,11 @@ TEST_CASE("dp x tp x pp with ZeRO-1: saved after 2 steps and resumed for 2 equal
   o.steps = 4;
   const std::string state = std::filesystem::temp_directory_path() / "scalelab_compose_3d.state";
   const std::string weights = std::filesystem::temp_directory_path() / "scalelab_compose_3d.safetensors";
-  MemoryTracker t1, t2, t3;
-  Trainer straight(o, &t1, {}, make_strategy_factory(&world));
-  for (int i = 0; i < 4; ++i) straight.step();
-  Trainer first(o, &t2, {}, make_strategy_factory(&world));
-  for (int i = 0; i < 2; ++i) first.step();
-  first.save_checkpoint(state);
-  TrainOptions again = o;
-  again.resume = state;
-  Trainer second(again, &t3, {}, make_strategy_factory(&world));
-  for (int i = 0; i < 2; ++i) second.step();
-  CHECK_MATCH(compare_bitwise("this rank's split of its stage, resumed vs straight", part(second).master_params(),
-                              part(straight).master_params(), part(straight).num_params()));
+  const auto runs = run_straight_and_resumed(o, state, make_strategy_factory(&world));
+  Trainer& straight = *runs->straight;
+  CHECK_MATCH(compare_bitwise("this rank's split of its stage, resumed vs straight",
+                              part(*runs->resumed).master_params(), part(straight).master_params(),
+                              part(straight).num_params()));
   // The weights file holds the whole model: cut back to this rank's part, it is the rank's part.
   straight.save_weights(weights);
   std::vector<float> whole(ParamLayout(o.model_config()).num_params());

@@ -33,6 +33,7 @@
 #include "parallel/strategy_factory.hpp"
 #include "pipeline_harness.hpp"
 #include "prior_stage.hpp"
+#include "resume_runs.hpp"
 #include "train/accumulate.hpp"
 #include "train/fp32_model.hpp"
 #include "train/trainer.hpp"
@@ -294,20 +295,11 @@ TEST_CASE("a pipeline run saved after 2 steps and resumed for 2 equals 4 steps, 
   for (const std::string schedule : {"1f1b", "zb-h1"}) {
     INFO(where(world) << ", " << schedule);
     o.parallel.schedule = schedule;
-    MemoryTracker t1, t2, t3;
-    Trainer straight(o, &t1, {}, make_strategy_factory(&world));
-    for (int i = 0; i < 4; ++i) straight.step();
-    Trainer first(o, &t2, {}, make_strategy_factory(&world));
-    for (int i = 0; i < 2; ++i) first.step();
-    first.save_checkpoint(state);
-    TrainOptions again = o;
-    again.resume = state;
-    Trainer second(again, &t3, {}, make_strategy_factory(&world));
-    for (int i = 0; i < 2; ++i) second.step();
-    const std::size_t n = straight.model().num_params();
-    REQUIRE(second.model().num_params() == n);
-    CHECK_MATCH(compare_bitwise("this stage's parameters, resumed vs straight", second.model().master_params(),
-                                straight.model().master_params(), n));
+    const auto runs = run_straight_and_resumed(o, state, make_strategy_factory(&world));
+    const std::size_t n = runs->straight->model().num_params();
+    REQUIRE(runs->resumed->model().num_params() == n);
+    CHECK_MATCH(compare_bitwise("this stage's parameters, resumed vs straight", runs->resumed->model().master_params(),
+                                runs->straight->model().master_params(), n));
   }
 }
 

@@ -37,6 +37,7 @@
 #include "model/layers/crossentropy.hpp"
 #include "parallel/strategy_factory.hpp"
 #include "prior_stage.hpp"
+#include "resume_runs.hpp"
 #include "tp_harness.hpp"
 #include "train/trainer.hpp"
 #include "world.hpp"
@@ -387,18 +388,10 @@ TEST_CASE("a tensor-parallel run saved after 2 steps and resumed for 2 equals 4 
   o.parallel.sequence_parallel = true;
   const std::string state = std::filesystem::temp_directory_path() / "scalelab_tp_resume.state";
   const std::string weights = std::filesystem::temp_directory_path() / "scalelab_tp_resume.safetensors";
-  MemoryTracker t1, t2, t3;
-  Trainer straight(o, &t1, {}, make_strategy_factory(&world));
-  for (int i = 0; i < 4; ++i) straight.step();
-  Trainer first(o, &t2, {}, make_strategy_factory(&world));
-  for (int i = 0; i < 2; ++i) first.step();
-  first.save_checkpoint(state);
-  TrainOptions again = o;
-  again.resume = state;
-  Trainer second(again, &t3, {}, make_strategy_factory(&world));
-  for (int i = 0; i < 2; ++i) second.step();
+  const auto runs = run_straight_and_resumed(o, state, make_strategy_factory(&world));
+  Trainer& straight = *runs->straight;
   INFO(where(world));
-  CHECK_MATCH(compare_bitwise("this rank's shard, resumed vs straight", second.model().master_params(),
+  CHECK_MATCH(compare_bitwise("this rank's shard, resumed vs straight", runs->resumed->model().master_params(),
                               straight.model().master_params(), straight.model().num_params()));
   // The weights file holds the whole model: one rank's load of it, cut to this rank's shard, is
   // the shard.
