@@ -17,7 +17,7 @@ void tp_block_forward(TpGroup& tp, BlockActs<float>& a, const BlockView<float>& 
   float* ln1 = d.sequence_parallel ? s.ln : a.ln1;
   layernorm_forward(ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, Nl, C);
   column_parallel_forward(tp, a.qkv, a.ln1, ln1, w.qkv_w, w.qkv_b, N, C, 3 * Cl);
-  attention_forward(a.atty, a.att, a.qkv, d.B, d.T, Cl, d.NHl());  // this rank's heads only
+  attention_step<float>(d.attention).forward(a, s.dtt, d.B, d.T, Cl, d.NHl());  // this rank's heads only
   row_parallel_forward(tp, s.proj, s.full, a.atty, w.attproj_w, w.attproj_b, N, Cl, C);
   residual_forward(a.residual2, x, s.proj, NlC);
   float* ln2 = d.sequence_parallel ? s.ln : a.ln2;
@@ -42,7 +42,7 @@ void tp_block_backward(TpGroup& tp, float* dres, const BlockView<float>& g, cons
   layernorm_backward(dres, g.ln2_w, g.ln2_b, s.dln, a.residual2, w.ln2_w, a.ln2_mean, a.ln2_rstd, Nl, C);
   // Attention branch, the same way.
   row_parallel_backward(tp, s.dnarrow, dy_full, g.attproj_w, g.attproj_b, dres, a.atty, w.attproj_w, N, Cl, C);
-  attention_backward(s.dwide, s.dtt, s.dnarrow, a.qkv, a.att, d.B, d.T, Cl, d.NHl());  // d qkv in dwide
+  attention_step<float>(d.attention).backward(s.dwide, s.dtt, s.dnarrow, a, d.B, d.T, Cl, d.NHl());  // d qkv in dwide
   column_parallel_backward(tp, s.dln, dx_full, g.qkv_w, g.qkv_b, s.dwide, a.ln1, w.qkv_w, N, C, 3 * Cl);
   layernorm_backward(dres, g.ln1_w, g.ln1_b, s.dln, x, w.ln1_w, a.ln1_mean, a.ln1_rstd, Nl, C);
 }

@@ -23,6 +23,7 @@
 #include <cstddef>
 
 #include "dist/tp_operators.hpp"
+#include "model/attention_block.hpp"
 #include "model/block.hpp"
 #include "model/params.hpp"
 
@@ -32,6 +33,7 @@ namespace scalelab {
 struct TpDims {
   int B = 0, T = 0, C = 0, NH = 0, t = 1;
   bool sequence_parallel = false;
+  AttentionKind attention = AttentionKind::kNaive;  // stage 08: on this rank's heads
   std::size_t N() const { return static_cast<std::size_t>(B) * T; }
   std::size_t rows() const { return sequence_parallel ? N() / t : N(); }  // Nl
   int Cl() const { return C / t; }
@@ -48,7 +50,8 @@ void carve_tp_block_acts(BlockActs<float>& a, Values& v, const TpDims& d, bool o
   a.ln1_mean = v.take(Nl);
   a.ln1_rstd = v.take(Nl);
   a.qkv = v.take(N * 3 * Cl);
-  a.att = own_att ? v.take(static_cast<std::size_t>(d.NHl()) * N * d.T) : nullptr;
+  const bool naive = d.attention == AttentionKind::kNaive;
+  a.att = naive && own_att ? v.take(static_cast<std::size_t>(d.NHl()) * N * d.T) : nullptr;
   a.atty = v.take(N * Cl);
   a.residual2 = v.take(Nl * C);
   a.ln2 = v.take(N * C);
@@ -57,6 +60,8 @@ void carve_tp_block_acts(BlockActs<float>& a, Values& v, const TpDims& d, bool o
   a.fch = v.take(N * 4 * Cl);
   a.fch_gelu = v.take(N * 4 * Cl);
   a.residual3 = v.take(Nl * C);
+  // Chunked and flash attention keep the log-sum-exp of the rank's heads, (B, NH/t, T).
+  a.lse = naive ? nullptr : v.take(static_cast<std::size_t>(d.NHl()) * N);
 }
 
 // Workspace shared by all blocks (not activations).
@@ -67,7 +72,7 @@ struct TpBlockScratch {
   float* dln = nullptr;      // (Nl, C)   d loss / d LayerNorm output
   float* dwide = nullptr;    // (N, 4Cl)  d fch, d fch_gelu; d qkv (3Cl of the 4Cl)
   float* dnarrow = nullptr;  // (N, Cl)   d atty
-  float* dtt = nullptr;      // (T, T)    one (batch, head)'s attention score gradient
+  float* dtt = nullptr;      // the attention's workspace: naive (T, T), one (batch, head)'s score gradient
 };
 template <typename Values>
 void carve_tp_block_scratch(TpBlockScratch& s, Values& v, const TpDims& d) {
@@ -78,7 +83,7 @@ void carve_tp_block_scratch(TpBlockScratch& s, Values& v, const TpDims& d) {
   s.dln = v.take(Nl * C);
   s.dwide = v.take(N * 4 * Cl);
   s.dnarrow = v.take(N * Cl);
-  s.dtt = v.take(static_cast<std::size_t>(d.T) * d.T);
+  s.dtt = v.take(attention_scratch_elements(d.attention, d.T));
 }
 
 // Forward of this rank's part of block `w` on x (Nl, C); fills `a`.

@@ -84,12 +84,12 @@ void TensorParallelModel::ensure_buffers(int B, int T) {
               " token rows of a micro-batch (B x T = " + std::to_string(B) + " x " + std::to_string(T) +
               ") over --tp " + std::to_string(t) + " ranks, and they do not divide",
           "choose a batch and sequence length whose product divides by --tp, or drop --sequence-parallel");
-  const bool same_shape = dims_.B == B && dims_.T == T;
-  dims_ = TpDims{B, T, config().channels, config().num_heads, t, tp_.sequence_parallel};
+  const bool same_shape = dims_.B == B && dims_.T == T && dims_.attention == attention_;
+  dims_ = TpDims{B, T, config().channels, config().num_heads, t, tp_.sequence_parallel, attention_};
   // The saved activations: reallocated when the shape or the policy changed, or after they were
   // stashed or released (stage 05: one set per micro-batch in flight).
   const bool same_policy = acts_.policy.kind == policy_.kind && acts_.policy.every == policy_.every;
-  if (acts_.buffer.size() == 0 || !same_shape || !same_policy) {
+  if (acts_.buffer.size() == 0 || !same_shape || !same_policy || acts_.dims.attention != attention_) {
     acts_.buffer = Buffer<float>();  // free the old ones first, so the peak is not their sum
     acts_.policy = policy_;
     acts_.dims = dims_;
@@ -261,12 +261,14 @@ TrainModel::StepOutcome TensorParallelModel::optimizer_step(AdamW& optimizer, do
   return fp32_optimizer_step(optimizer, params_, grads_, num_params(), lr, grad_scale, clip, norm_of);
 }
 
+void TensorParallelModel::set_checkpoint_policy(const CheckpointPolicy& policy) {
+  check_attention_policy(attention_, policy);
+  policy_ = policy;
+}
+
 void TensorParallelModel::set_attention(AttentionKind kind) {
-  require(kind == AttentionKind::kNaive, "attention",
-          std::string("--attention ") + attention_kind_name(kind) +
-              " is not built for tensor parallelism (--tp) in this build: its blocks split the heads with naive "
-              "attention",
-          "use --attention naive, or --tp 1");
+  check_attention_policy(kind, policy_);
+  attention_ = kind;
 }
 
 }  // namespace scalelab

@@ -67,9 +67,10 @@ class TensorParallelModel final : public TrainModel, public PipelineChunk, priva
   // After the step's last backward: the sequence-parallel sum of replicated gradients.
   void finish_gradients() { sum_sequence_parallel_grads(tp_, shard_, grads_, staging_); }
   void zero_grad() override;
-  void set_checkpoint_policy(const CheckpointPolicy& policy) override { policy_ = policy; }
-  // Stage 08: naive only; chunked and flash are refused naming --tp (its blocks are its own,
-  // split by heads, and do not take model/attention_block.hpp's functions).
+  // Selective with chunked or flash attention is refused (check_attention_policy).
+  void set_checkpoint_policy(const CheckpointPolicy& policy) override;
+  // Stage 08: the attention the blocks run on this rank's heads (model/attention_block.hpp's
+  // attention_step): naive keeps (B, NH/t, T, T) probabilities, chunked and flash (B, NH/t, T).
   void set_attention(AttentionKind kind) override;
   // The whole model's GPT-2 initialisation, then this rank's part: the same start as stage 00.
   void init_weights(std::uint64_t seed) override;
@@ -154,6 +155,7 @@ class TensorParallelModel final : public TrainModel, public PipelineChunk, priva
   float* grads_ = nullptr;
   ParamView<float> w_, g_;
   CheckpointPolicy policy_;
+  AttentionKind attention_ = AttentionKind::kNaive;
   TpDims dims_;  // the scratch's shape (the last forward's)
   Saved acts_;
   std::map<int, Saved> stash_;

@@ -21,33 +21,43 @@ namespace scalelab {
 
 namespace {
 
-// The attention steps, one pair per memory-efficient kind: out = a.atty and a.lse from a.qkv,
-// and dqkv from dout. s.dtt is their workspace (attention_scratch_elements).
+// The attention steps, one pair per kind: out = a.atty and a.att (naive) or a.lse from a.qkv,
+// and dqkv from dout. scratch is their workspace (attention_scratch_elements).
+template <typename F>
+struct NaiveAttention {
+  static void forward(BlockActs<F>& a, F* /*scratch*/, int B, int T, int C, int NH) {
+    attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
+  }
+  static void backward(F* dqkv, F* scratch, const F* dout, const BlockActs<F>& a, int B, int T, int C, int NH) {
+    attention_backward(dqkv, scratch, dout, a.qkv, a.att, B, T, C, NH);
+  }
+};
+
 template <typename F>
 struct ChunkedAttention {
-  static void forward(BlockActs<F>& a, BlockScratch<F>& s, int B, int T, int C, int NH) {
-    attention_chunked_forward(a.atty, a.lse, s.dtt, a.qkv, B, T, C, NH, kAttentionChunk);
+  static void forward(BlockActs<F>& a, F* scratch, int B, int T, int C, int NH) {
+    attention_chunked_forward(a.atty, a.lse, scratch, a.qkv, B, T, C, NH, kAttentionChunk);
   }
-  static void backward(F* dqkv, BlockScratch<F>& s, const F* dout, const BlockActs<F>& a, int B, int T, int C, int NH) {
-    attention_chunked_backward(dqkv, s.dtt, dout, a.qkv, a.atty, a.lse, B, T, C, NH, kAttentionChunk);
+  static void backward(F* dqkv, F* scratch, const F* dout, const BlockActs<F>& a, int B, int T, int C, int NH) {
+    attention_chunked_backward(dqkv, scratch, dout, a.qkv, a.atty, a.lse, B, T, C, NH, kAttentionChunk);
   }
 };
 
 template <typename F>
 struct FlashAttention {
-  static void forward(BlockActs<F>& a, BlockScratch<F>& s, int B, int T, int C, int NH) {
-    attention_flash_forward(a.atty, a.lse, s.dtt, a.qkv, B, T, C, NH);
+  static void forward(BlockActs<F>& a, F* scratch, int B, int T, int C, int NH) {
+    attention_flash_forward(a.atty, a.lse, scratch, a.qkv, B, T, C, NH);
   }
-  static void backward(F* dqkv, BlockScratch<F>& s, const F* dout, const BlockActs<F>& a, int B, int T, int C, int NH) {
-    attention_flash_backward(dqkv, s.dtt, dout, a.qkv, a.atty, a.lse, B, T, C, NH);
+  static void backward(F* dqkv, F* scratch, const F* dout, const BlockActs<F>& a, int B, int T, int C, int NH) {
+    attention_flash_backward(dqkv, scratch, dout, a.qkv, a.atty, a.lse, B, T, C, NH);
   }
 };
 
-// The naive attention's backward step alone, for the split backward (block_backward has it inline).
-template <typename F>
-void naive_attention_backward(F* dqkv, BlockScratch<F>& s, const F* dout, const BlockActs<F>& a, int B, int T, int C,
-                              int NH) {
-  attention_backward(dqkv, s.dtt, dout, a.qkv, a.att, B, T, C, NH);
+// A step's backward in the split backward's signature (the block's scratch holds its workspace).
+template <typename F, typename Attention>
+void attention_backward_step(F* dqkv, BlockScratch<F>& s, const F* dout, const BlockActs<F>& a, int B, int T, int C,
+                             int NH) {
+  Attention::backward(dqkv, s.dtt, dout, a, B, T, C, NH);
 }
 
 // block_forward (model/block.cpp) with Attention's forward in place of attention_forward.
@@ -58,7 +68,7 @@ void block_forward_lse(BlockActs<F>& a, const BlockView<F>& w, const F* x, Block
   const std::size_t NC = static_cast<std::size_t>(N) * C;
   layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, N, C);
   matmul_forward(a.qkv, a.ln1, w.qkv_w, w.qkv_b, N, C, 3 * C);
-  Attention::forward(a, s, B, T, C, NH);
+  Attention::forward(a, s.dtt, B, T, C, NH);
   matmul_forward(s.proj, a.atty, w.attproj_w, w.attproj_b, N, C, C);
   residual_forward(a.residual2, x, s.proj, NC);
   layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_w, w.ln2_b, N, C);
@@ -79,14 +89,14 @@ void block_backward_lse(F* dres, const BlockView<F>& g, const BlockActs<F>& a, c
   matmul_backward(s.dbtc, g.fc_w, g.fc_b, s.dwide, a.ln2, w.fc_w, N, C, 4 * C);
   layernorm_backward(dres, g.ln2_w, g.ln2_b, s.dbtc, a.residual2, w.ln2_w, a.ln2_mean, a.ln2_rstd, N, C);
   matmul_backward(s.dbtc, g.attproj_w, g.attproj_b, dres, a.atty, w.attproj_w, N, C, C);
-  Attention::backward(s.dwide, s, s.dbtc, a, B, T, C, NH);  // dqkv in dwide
+  Attention::backward(s.dwide, s.dtt, s.dbtc, a, B, T, C, NH);  // dqkv in dwide
   matmul_backward(s.dbtc, g.qkv_w, g.qkv_b, s.dwide, a.ln1, w.qkv_w, N, C, 3 * C);
   layernorm_backward(dres, g.ln1_w, g.ln1_b, s.dbtc, x, w.ln1_w, a.ln1_mean, a.ln1_rstd, N, C);
 }
 
 template <typename F, typename Attention>
 BlockFunctions<F> lse_block_functions() {
-  return {&block_forward_lse<F, Attention>, &block_backward_lse<F, Attention>, &Attention::backward};
+  return {&block_forward_lse<F, Attention>, &block_backward_lse<F, Attention>, &attention_backward_step<F, Attention>};
 }
 
 }  // namespace
@@ -94,7 +104,8 @@ BlockFunctions<F> lse_block_functions() {
 template <typename F>
 BlockFunctions<F> block_functions(AttentionKind kind) {
   switch (kind) {
-    case AttentionKind::kNaive: return {&block_forward<F>, &block_backward<F>, &naive_attention_backward<F>};
+    case AttentionKind::kNaive:
+      return {&block_forward<F>, &block_backward<F>, &attention_backward_step<F, NaiveAttention<F>>};
     case AttentionKind::kChunked: return lse_block_functions<F, ChunkedAttention<F>>();
     case AttentionKind::kFlash: return lse_block_functions<F, FlashAttention<F>>();
   }
@@ -104,6 +115,20 @@ BlockFunctions<F> block_functions(AttentionKind kind) {
 
 template BlockFunctions<float> block_functions<float>(AttentionKind);
 template BlockFunctions<double> block_functions<double>(AttentionKind);
+
+template <typename F>
+AttentionStep<F> attention_step(AttentionKind kind) {
+  switch (kind) {
+    case AttentionKind::kNaive: return {&NaiveAttention<F>::forward, &NaiveAttention<F>::backward};
+    case AttentionKind::kChunked: return {&ChunkedAttention<F>::forward, &ChunkedAttention<F>::backward};
+    case AttentionKind::kFlash: return {&FlashAttention<F>::forward, &FlashAttention<F>::backward};
+  }
+  SCALELAB_CHECK(false, "unknown attention kind ", static_cast<int>(kind));
+  return {};
+}
+
+template AttentionStep<float> attention_step<float>(AttentionKind);
+template AttentionStep<double> attention_step<double>(AttentionKind);
 
 std::size_t block_act_elements(int B, int T, int C, int NH, AttentionKind kind) {
   const std::size_t BT = static_cast<std::size_t>(B) * T;

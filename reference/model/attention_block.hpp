@@ -48,6 +48,18 @@ struct BlockFunctions {
 template <typename F>
 BlockFunctions<F> block_functions(AttentionKind kind);
 
+// The attention step alone, for a block written elsewhere (the tensor-parallel block,
+// dist/tp_block.cpp, runs it on its own heads). forward fills a.atty, and a.att (naive) or a.lse
+// (chunked, flash), from a.qkv; backward gives dqkv (B,T,3C) from dout (B,T,C). scratch holds
+// attention_scratch_elements(kind, T).
+template <typename F>
+struct AttentionStep {
+  void (*forward)(BlockActs<F>& a, F* scratch, int B, int T, int C, int NH);
+  void (*backward)(F* dqkv, F* scratch, const F* dout, const BlockActs<F>& a, int B, int T, int C, int NH);
+};
+template <typename F>
+AttentionStep<F> attention_step(AttentionKind kind);
+
 // Elements of one block's saved activations: 16 BTC + 4 BT + attention_activation_elems, that is
 // + NH B T T for naive (block_act_elements of block.hpp) and + NH B T for chunked and flash.
 std::size_t block_act_elements(int B, int T, int C, int NH, AttentionKind kind);

@@ -13,6 +13,8 @@
 #include "compare.hpp"
 #include "dist/pipeline_stage_model.hpp"
 #include "dist/pipeline_strategy.hpp"
+#include "dist/tp_layout.hpp"
+#include "dist/tp_strategy.hpp"
 #include "dist/zero_strategy.hpp"
 #include "strategy_harness.hpp"
 #include "tensor_errors.hpp"
@@ -83,6 +85,19 @@ Result run_zero(Communicator& world, int stage, const std::string& attention) {
   return run(h, false);
 }
 
+Result run_tensor_parallel(Communicator& world, bool sequence_parallel, const std::string& attention) {
+  AttentionHarness h;
+  h.options.batch = 4;
+  h.options.seq_len = kShape.T;
+  h.options.adamw.lr = 1e-3;
+  h.options.parallel.tp = world.size();
+  h.options.parallel.sequence_parallel = sequence_parallel;
+  h.options.attention = attention;
+  h.strategy = std::make_unique<TensorParallelStrategy>(world, h.options);
+  h.start(*h.strategy, config(), kSeed, CheckpointPolicy{}, "tensor-parallel attention test");
+  return run(h, true);
+}
+
 Result run_pipeline(Communicator& world, const std::string& schedule, const std::string& attention) {
   AttentionHarness h;
   const int m = 2;
@@ -140,6 +155,31 @@ TEST_CASE("pipeline 1f1b and zb-h1 with chunked and flash attention equal their 
                          << " (tolerance " << kLossTol << ")");
       CHECK(loss_err <= kLossTol);
       const ParamLayout layout = ParamLayout(config(), pipeline_stage_slice(config(), world.rank(), world.size()));
+      std::string report;
+      const double worst_g = worst_tensor_error("gradient", layout, r.first_grads.data(), naive.first_grads.data(),
+                                                kGradTol, report);
+      const double worst_p = worst_tensor_error("parameters after 3 steps", layout, r.params.data(),
+                                                naive.params.data(), kParamTol, report, true);
+      INFO(report << "worst gradient error " << worst_g << ", worst parameter error " << worst_p);
+      CHECK(report.empty());
+    }
+  }
+}
+
+TEST_CASE("tensor parallelism with chunked and flash attention on each rank's heads equals its naive run",
+          "[attention_dist]") {
+  Communicator& world = test_world();
+  if (world.size() < 2 || kShape.NH % world.size() != 0) return;
+  const ParamLayout layout = TpLayout(config(), world.size(), world.rank()).layout();
+  for (const bool sp : {false, true}) {
+    const Result naive = run_tensor_parallel(world, sp, "naive");
+    for (const char* kind : {"chunked", "flash"}) {
+      const Result r = run_tensor_parallel(world, sp, kind);
+      INFO(where(world) << ", --tp " << world.size() << (sp ? " --sequence-parallel" : "") << " --attention " << kind);
+      const double loss_err = std::fabs(r.first_loss - naive.first_loss) / std::fabs(naive.first_loss);
+      INFO("first loss " << r.first_loss << " vs naive " << naive.first_loss << ": relative error " << loss_err
+                         << " (tolerance " << kLossTol << ")");
+      CHECK(loss_err <= kLossTol);
       std::string report;
       const double worst_g = worst_tensor_error("gradient", layout, r.first_grads.data(), naive.first_grads.data(),
                                                 kGradTol, report);

@@ -27,11 +27,11 @@ constexpr std::uint64_t kSeed = 7;
 struct Run {
   int tp = 1, pp = 1, zero = 0, micro_batches = 1;
   bool sp = false;
-  std::string schedule = "1f1b", checkpoint = "none";
+  std::string schedule = "1f1b", checkpoint = "none", attention = "naive";
   std::string describe() const {
     std::ostringstream s;
     s << "tp " << tp << " pp " << pp << " zero " << zero << " m " << micro_batches << (sp ? " sp" : "") << " "
-      << schedule << " ckpt " << checkpoint;
+      << schedule << " ckpt " << checkpoint << " attention " << attention;
     return s.str();
   }
 };
@@ -55,6 +55,7 @@ Measured run_one(Communicator& world, const Run& r, int rows_per_micro) {
   h.options.parallel.zero = r.zero;
   h.options.parallel.schedule = r.schedule;
   h.options.parallel.sequence_parallel = r.sp;
+  h.options.attention = r.attention;
   h.options.parallel.bucket_mb = h.options.parallel.first_bucket_mb = 1024;  // one bucket: one ring all-reduce
   std::unique_ptr<ParallelStrategy> strategy = make_strategy_factory(&world)(h.options);
   h.start(*strategy, c, kSeed, CheckpointPolicy::parse(r.checkpoint), "plan test");
@@ -80,6 +81,7 @@ void check_against_plan(Communicator& world, const Run& r) {
   l.schedule = r.schedule;
   l.checkpoint = CheckpointPolicy::parse(r.checkpoint);
   l.precision = "fp32";
+  l.attention = parse_attention_kind(r.attention);
   const int stage = world.rank() / (l.dp * l.tp) % l.pp;  // pipeline rank, as the grid numbers them
   const PlanMemory want = plan_memory(c, l, stage);
   const PlanTraffic traffic = plan_traffic(c, l, cluster_preset("h100-sxm"), stage);
@@ -109,7 +111,10 @@ TEST_CASE("data parallel and ZeRO 1-3: memory and traffic per rank as the planne
 TEST_CASE("tensor parallel over every rank: memory per rank as the planner predicts", "[plan_runs]") {
   Communicator& world = test_world();
   if (4 % world.size() != 0) return;  // the tiny model's 4 heads must split
-  for (bool sp : {false, true}) check_against_plan(world, {world.size(), 1, 0, 1, sp});
+  for (bool sp : {false, true}) {
+    check_against_plan(world, {world.size(), 1, 0, 1, sp});
+    check_against_plan(world, {world.size(), 1, 0, 1, sp, "1f1b", "none", "chunked"});
+  }
 }
 
 TEST_CASE("a pipeline over every rank: memory per pipeline rank as the planner predicts", "[plan_runs]") {
@@ -126,6 +131,7 @@ TEST_CASE("composed layouts, tp x pp, and dp x pp and dp x tp with and without Z
   check_against_plan(world, {2, 2, 0, 2});
   check_against_plan(world, {2, 2, 0, 4, true, "1f1b", "sqrt"});
   check_against_plan(world, {2, 2, 0, 2, true, "afab"});
+  check_against_plan(world, {2, 2, 0, 2, true, "1f1b", "sqrt", "flash"});  // stage 08 inside tp x pp
   for (int zero : {0, 1}) {
     check_against_plan(world, {2, 1, zero, 1});
     check_against_plan(world, {2, 1, zero, 2, true});

@@ -290,14 +290,15 @@ TEST_CASE("attention settings that cannot run are refused naming the setting and
                             Catch::Contains("use --attention naive, or --precision fp32"));
     }
   }
-  SECTION("--attention chunked --tp") {
+  SECTION("--attention chunked/flash --tp: runs, and refuses selective checkpointing as the GPT does") {
+    // The numbers: tests/dist/test_attention_dist.cpp, on 2 tensor-parallel ranks.
     LocalCommunicator tp;
     MemoryTracker tracker;
     TensorParallelModel model(config, tp, false, &tracker);
-    CHECK_NOTHROW(model.set_attention(AttentionKind::kNaive));
-    CHECK_THROWS_WITH(model.set_attention(AttentionKind::kChunked),
-                      Catch::Contains("attention: --attention chunked is not built for tensor parallelism (--tp)") &&
-                          Catch::Contains("use --attention naive, or --tp 1"));
+    for (const AttentionKind kind : {AttentionKind::kNaive, AttentionKind::kChunked, AttentionKind::kFlash})
+      CHECK_NOTHROW(model.set_attention(kind));
+    CHECK_THROWS_WITH(model.set_checkpoint_policy(CheckpointPolicy::parse("selective")),
+                      Catch::Contains("checkpoint: --checkpoint selective") && Catch::Contains("--attention flash"));
   }
   SECTION("the fp32 model through the trainer's interface runs all three") {
     MemoryTracker tracker;
