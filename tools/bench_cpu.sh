@@ -99,7 +99,7 @@ EOF
 
 for ((r = 1; r <= rounds; ++r)); do
   for i in "${!names[@]}"; do
-    echo "== round $r/$rounds: scalelab (${names[$i]})"
+    echo "== round $r/$rounds: scalelab (${names[$i]}${blasopts[$i]#-USCALELAB_BLAS})"
     "${dirs[$i]}/bench/bench_step" "${shape_args[@]}" --steps "$steps" --threads 1 \
       --benchmark_format=json --benchmark_out="$work/ours_${i}_$r.json" --benchmark_out_format=json >/dev/null
   done
@@ -200,7 +200,9 @@ print("\nx vs PyTorch: tokens/s over PyTorch's (wall clock), and PyTorch's CPU t
 
 if write == "1":
     now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
-    tokens = runs[programs[0], 1]["tok"] * runs[programs[0], 1]["ms"] / 1e3
+    dims = shape.split()
+    dims = dict(zip(dims[0::2], dims[1::2]))
+    tokens = int(dims["--B"]) * int(dims["--T"])
     doc = f"""# CPU training step: scalelab against PyTorch
 
 Written by `tools/bench_cpu.sh`; rerun it to replace this file (see the script's header for the options).
@@ -229,6 +231,19 @@ ran back to back) and then their median. "tokens/s vs PyTorch" is the ratio the 
 shared machine disturb less than the wall clock; where the two disagree, the machine was busy.
 (For a run with OpenBLAS's thread pool on, CPU time counts every thread, so only its wall-clock
 figures compare.)
+
+## The matrix-product libraries
+
+scalelab's float products go through the library its build chose (`SCALELAB_BLAS`, README
+"Builds"): oneDNN's `dnnl_sgemm` by default, or OpenBLAS's or BLIS's `cblas_sgemm` (`--blas LIB`
+adds such a build to the run). All are Debian 12's: oneDNN 2.6.3, OpenBLAS 0.3.21, BLIS 0.9.0.
+Each picks its kernels from the CPU at run time. On an AMD Zen 5 (CPU family 26) OpenBLAS 0.3.21
+takes its Haswell (AVX2) kernels (`OPENBLAS_VERBOSE=2` prints `Core: Haswell`), and BLIS 0.9.0
+would take its generic C kernels, as neither knows that family; oneDNN looks at the instruction
+sets and uses AVX-512. For BLIS, `core/blas.cpp` then asks for its skx (AVX-512) kernels unless
+`BLIS_ARCH_TYPE` is set. PyTorch's products go through the same OpenBLAS as the OpenBLAS rows.
+Each library gives the same bits run after run; two libraries give different bits (a different
+order of the sums), within the tolerances of the PyTorch-oracle tests.
 
 ## What bounds the ratio: the matrix products
 
