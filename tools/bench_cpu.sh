@@ -99,7 +99,8 @@ EOF
 
 for ((r = 1; r <= rounds; ++r)); do
   for i in "${!names[@]}"; do
-    echo "== round $r/$rounds: scalelab (${names[$i]}${blasopts[$i]#-USCALELAB_BLAS})"
+    lib="${blasopts[$i]#-D}" && [[ $lib != -U* ]] || lib="default SCALELAB_BLAS"
+    echo "== round $r/$rounds: scalelab (${names[$i]}, $lib)"
     "${dirs[$i]}/bench/bench_step" "${shape_args[@]}" --steps "$steps" --threads 1 \
       --benchmark_format=json --benchmark_out="$work/ours_${i}_$r.json" --benchmark_out_format=json >/dev/null
   done
