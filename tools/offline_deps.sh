@@ -3,7 +3,7 @@
 # CUDA but no Debian mirror): on a Debian 12 machine that does, download the project's Debian
 # dependencies and unpack them into a folder that travels with the source tree.
 #
-#   bash tools/offline_deps.sh .deps            # here, with apt (about 48 MB unpacked)
+#   bash tools/offline_deps.sh .deps            # here, with apt (about 90 MB unpacked, 39 MB of it oneDNN)
 #   rsync -a . gpu-box:scalelab/                 # the folder travels with the tree
 #   bash tools/gpu_measure.sh --deps .deps       # there: uses .deps/usr as a CMake prefix
 #
