@@ -125,6 +125,7 @@ int main(int argc, char** argv) {
         st.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(BT),
                                                          benchmark::Counter::kIsIterationInvariantRate);
         st.counters["GFLOP_per_s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+        st.SetLabel(std::string("sgemm: ") + scalelab::blas_name());
       })
       ->Iterations(1)
       ->Repetitions(o.steps)

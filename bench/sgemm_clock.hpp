@@ -1,10 +1,12 @@
-// Time spent inside OpenBLAS's cblas_sgemm, for bench_step: how much of a training step is
-// matrix products, and so how fast the step could be if everything else took no time at all.
+// Time spent inside the BLAS's float matrix product (sgemm), for bench_step: how much of a
+// training step is matrix products, and so how fast the step could be if everything else took no
+// time at all.
 //
-// It works by interposition: sgemm_clock.cpp defines cblas_sgemm in the benchmark executable,
-// so the linker binds the library's calls (reference/core/blas.hpp) to it; it starts a clock,
-// calls OpenBLAS's own cblas_sgemm (found with dlsym(RTLD_NEXT)) and adds the time and the
-// FLOPs (2 m n k) to a running total. Nothing in reference/ knows it is being timed.
+// It works by interposition: sgemm_clock.cpp defines the function core/blas.hpp calls for float
+// (dnnl_sgemm with SCALELAB_BLAS=onednn, cblas_sgemm with openblas or blis) in the benchmark
+// executable, so the linker binds the library's calls to it; it starts a clock, calls the
+// library's own function (found with dlsym(RTLD_NEXT)) and adds the time and the FLOPs (2 m n k)
+// to a running total. Nothing in reference/ knows it is being timed.
 #pragma once
 
 #include <cstdint>

@@ -7,12 +7,14 @@
 #   bash tools/bench_cpu.sh                      # mini shape, 3 rounds of 10 steps each
 #   bash tools/bench_cpu.sh --rounds 5 --steps 10
 #   bash tools/bench_cpu.sh --march native       # also a build with -march=native (repeatable)
+#   bash tools/bench_cpu.sh --blas openblas      # also a build with SCALELAB_BLAS=openblas (repeatable)
 #   bash tools/bench_cpu.sh --peer-blas-pool     # also PyTorch without OPENBLAS_NUM_THREADS=1
 #   bash tools/bench_cpu.sh --no-write           # print only
 # Shape flags (--V --T --C --L --H --B) go to both programs; the defaults are the mini config.
 #
 # Single-threaded means one thread for everything: BLAS pinned to 1 thread in both programs
-# (OPENBLAS_NUM_THREADS=1, and OMP_NUM_THREADS=1, which OpenBLAS also reads). PyTorch's
+# (OPENBLAS_NUM_THREADS=1, and OMP_NUM_THREADS=1, which OpenBLAS and oneDNN also read;
+# BLIS_NUM_THREADS=1). PyTorch's
 # --threads 1 alone leaves OpenBLAS's own thread pool running, one thread per core;
 # --peer-blas-pool adds that run as an extra row, which is not single-threaded.
 # Each program reports the median step over --steps steps after 2 warm-up steps. Two numbers per
@@ -20,14 +22,16 @@
 # shared machine is the steadier of the two; the peer's CPU time is read through a wrapper that
 # records time.process_time() beside each of its own time.perf_counter() calls.
 #
-# The default build is the portable one (no -march: SSE2 code for our own loops; OpenBLAS picks
-# its kernels at run time either way). An --march X build adds -march=X -ffp-contract=off: wider
-# SIMD for our loops, and no fused multiply-add contraction, so it computes the same bits.
+# The default build is the portable one (no -march: SSE2 code for our own loops; the BLAS picks
+# its kernels at run time either way) with the default matrix-product library (SCALELAB_BLAS).
+# An --march X build adds -march=X -ffp-contract=off: wider SIMD for our loops, and no fused
+# multiply-add contraction, so it computes the same bits. A --blas LIB build is the portable one
+# with SCALELAB_BLAS=LIB (onednn, openblas or blis): the same step with another sgemm.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 
 rounds=3 steps=10 write=1 blas_pool=0
-marches=()
+marches=() blases=()
 peer="$repo/bench/peers/torch_gpt_bench.py"
 python=/usr/bin/python3  # Debian's interpreter, the one with torch
 declare -A mini=([V]=256 [T]=256 [C]=256 [L]=4 [H]=4 [B]=16) shape
@@ -38,6 +42,7 @@ while [[ $# -gt 0 ]]; do
     --rounds) rounds="$2"; shift 2 ;;
     --steps) steps="$2"; shift 2 ;;
     --march) marches+=("$2"); shift 2 ;;
+    --blas) blases+=("$2"); shift 2 ;;
     --peer) peer="$2"; shift 2 ;;
     --no-write) write=0; shift ;;
     --peer-blas-pool) blas_pool=1; shift ;;
@@ -50,19 +55,26 @@ done
 [[ -f "$peer" ]] || { echo "bench_cpu.sh: the PyTorch peer '$peer' is missing; pass --peer PATH/torch_gpt_bench.py" >&2; exit 2; }
 "$python" -c "import torch" 2>/dev/null || { echo "bench_cpu.sh: $python cannot import torch; install python3-torch (Debian)" >&2; exit 2; }
 
-# One build directory per set of compiler flags; only the bench_step target is built.
-names=("portable") dirs=("$repo/build/bench-cpu") flagsets=("")
+# One build directory per set of compiler flags and BLAS; only the bench_step target is built.
+# The default build's library is whatever SCALELAB_BLAS defaults to (its cache entry is reset, so
+# an old directory follows a changed default); the --blas builds name theirs.
+names=("portable") dirs=("$repo/build/bench-cpu") flagsets=("") blasopts=("-USCALELAB_BLAS")
 for m in "${marches[@]}"; do
   names+=("-march=$m") dirs+=("$repo/build/bench-cpu-$m") flagsets+=("-march=$m -ffp-contract=off")
+  blasopts+=("-USCALELAB_BLAS")
+done
+for b in "${blases[@]}"; do
+  case "$b" in onednn|openblas|blis) ;; *) echo "bench_cpu.sh: --blas '$b': use onednn, openblas or blis" >&2; exit 2 ;; esac
+  names+=("portable") dirs+=("$repo/build/bench-cpu-blas-$b") flagsets+=("") blasopts+=("-DSCALELAB_BLAS=$b")
 done
 for i in "${!names[@]}"; do
-  echo "== building bench_step (${names[$i]}) in ${dirs[$i]}"
+  echo "== building bench_step (${names[$i]}, ${blasopts[$i]}) in ${dirs[$i]}"
   cmake -S "$repo" -B "${dirs[$i]}" -DCMAKE_BUILD_TYPE=Release -DSCALELAB_CUDA=OFF -DSCALELAB_BUILD_TESTS=OFF \
-    -DSCALELAB_BUILD_BENCH=ON "-DCMAKE_CXX_FLAGS=${flagsets[$i]}" >/dev/null
+    -DSCALELAB_BUILD_BENCH=ON "-DCMAKE_CXX_FLAGS=${flagsets[$i]}" "${blasopts[$i]}" >/dev/null
   cmake --build "${dirs[$i]}" --target bench_step -j2 >/dev/null
 done
 
-export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 BLIS_NUM_THREADS=1
 shape_args=()
 for k in V T C L H B; do shape_args+=("--$k" "${shape[$k]}"); done
 work="$(mktemp -d)"
@@ -87,7 +99,8 @@ EOF
 
 for ((r = 1; r <= rounds; ++r)); do
   for i in "${!names[@]}"; do
-    echo "== round $r/$rounds: scalelab (${names[$i]})"
+    lib="${blasopts[$i]#-D}" && [[ $lib != -U* ]] || lib="default SCALELAB_BLAS"
+    echo "== round $r/$rounds: scalelab (${names[$i]}, $lib)"
     "${dirs[$i]}/bench/bench_step" "${shape_args[@]}" --steps "$steps" --threads 1 \
       --benchmark_format=json --benchmark_out="$work/ours_${i}_$r.json" --benchmark_out_format=json >/dev/null
   done
@@ -110,6 +123,7 @@ if [[ -n "$(git -C "$repo" status --porcelain --untracked-files=no -- reference 
 fi
 cmd="bash tools/bench_cpu.sh --rounds $rounds --steps $steps"
 for m in "${marches[@]}"; do cmd+=" --march $m"; done
+for b in "${blases[@]}"; do cmd+=" --blas $b"; done
 [[ $blas_pool == 1 ]] && cmd+=" --peer-blas-pool"
 for k in V T C L H B; do [[ "${shape[$k]}" == "${mini[$k]}" ]] || cmd+=" --$k ${shape[$k]}"; done
 
@@ -120,6 +134,10 @@ import datetime, json, statistics, sys
 (work, rounds, write, out_md, machine, cores, commit, torch_version, cmd, load0, load1, shape, steps, names,
  compiler, blas_pool) = sys.argv[1:]
 rounds, names = int(rounds), names.split("|")
+
+def library(i):  # bench_step's label: "sgemm: <library>"
+    rows = json.load(open(f"{work}/ours_{i}_1.json"))["benchmarks"]
+    return rows[0].get("label", "sgemm: OpenBLAS").split(": ", 1)[-1]
 
 def ours(i, r):
     rows = json.load(open(f"{work}/ours_{i}_{r}.json"))["benchmarks"]
@@ -134,7 +152,8 @@ def peer(r, kind="peer"):
     cpu = json.load(open(f"{work}/{kind}_cpu_{r}.json"))["cpu_ms_per_step"]
     return dict(ms=p["ms_per_step"], tok=p["tokens_per_s"], gf=p["gflops"], cpu=cpu), p["peer"]
 
-programs = [f"scalelab ({n})" for n in names]
+programs = [f"scalelab ({n}, {library(i)})" for i, n in enumerate(names)]
+programs = [p if programs.count(p) == 1 else f"{p} #{i + 1}" for i, p in enumerate(programs)]
 runs = {}  # (program, round) -> numbers
 gemm = {}  # (program, round) -> our step's matrix products on their own (bench/sgemm_clock.hpp)
 for r in range(1, rounds + 1):
@@ -182,7 +201,9 @@ print("\nx vs PyTorch: tokens/s over PyTorch's (wall clock), and PyTorch's CPU t
 
 if write == "1":
     now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
-    tokens = runs[programs[0], 1]["tok"] * runs[programs[0], 1]["ms"] / 1e3
+    dims = shape.split()
+    dims = dict(zip(dims[0::2], dims[1::2]))
+    tokens = int(dims["--B"]) * int(dims["--T"])
     doc = f"""# CPU training step: scalelab against PyTorch
 
 Written by `tools/bench_cpu.sh`; rerun it to replace this file (see the script's header for the options).
@@ -192,8 +213,11 @@ Written by `tools/bench_cpu.sh`; rerun it to replace this file (see the script's
 - Command: `{cmd}`
 - Shape: {shape} ({tokens:,.0f} tokens per step). Each program: forward + backward + AdamW,
   median of {steps} steps after 2 warm-up steps; the programs alternate, round by round.
-- Threads: one for everything (OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1, `--threads 1`); both use
-  the same OpenBLAS. The "OpenBLAS pool" row, if present, is PyTorch with those variables unset.
+- Threads: one for everything (OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 BLIS_NUM_THREADS=1,
+  `--threads 1`). The "OpenBLAS pool" row, if present, is PyTorch with those variables unset.
+- Matrix products: each scalelab row names the library of its float products (SCALELAB_BLAS;
+  double products, not in the step, go through OpenBLAS except with BLIS). PyTorch's go through
+  Debian's OpenBLAS (libopenblas0, the same library as the OpenBLAS rows).
 - FLOPs per step as the peer counts them: 6 P B T + 12 L B T T C.
 - Builds: "portable" is the default Release build (no -march); "-march=X" adds
   `-march=X -ffp-contract=off` (wider SIMD in our own loops, the same bits).
@@ -209,14 +233,27 @@ shared machine disturb less than the wall clock; where the two disagree, the mac
 (For a run with OpenBLAS's thread pool on, CPU time counts every thread, so only its wall-clock
 figures compare.)
 
+## The matrix-product libraries
+
+scalelab's float products go through the library its build chose (`SCALELAB_BLAS`, README
+"Builds"): oneDNN's `dnnl_sgemm` by default, or OpenBLAS's or BLIS's `cblas_sgemm` (`--blas LIB`
+adds such a build to the run). All are Debian 12's: oneDNN 2.6.3, OpenBLAS 0.3.21, BLIS 0.9.0.
+Each picks its kernels from the CPU at run time. On an AMD Zen 5 (CPU family 26) OpenBLAS 0.3.21
+takes its Haswell (AVX2) kernels (`OPENBLAS_VERBOSE=2` prints `Core: Haswell`), and BLIS 0.9.0
+would take its generic C kernels, as neither knows that family; oneDNN looks at the instruction
+sets and uses AVX-512. For BLIS, `core/blas.cpp` then asks for its skx (AVX-512) kernels unless
+`BLIS_ARCH_TYPE` is set. PyTorch's products go through the same OpenBLAS as the OpenBLAS rows.
+Each library gives the same bits run after run; two libraries give different bits (a different
+order of the sums), within the tolerances of the PyTorch-oracle tests.
+
 ## What bounds the ratio: the matrix products
 
-Both programs call the same OpenBLAS sgemm for the same matrix products (scalelab skips the
-products above the causal diagonal, PyTorch does not), and those products are most of the step.
-bench_step times every cblas_sgemm call inside its own step (an interposer,
+Both programs compute the same matrix products (scalelab skips the products above the causal
+diagonal, PyTorch does not), and those products are most of the step. bench_step times every
+sgemm call inside its own step (an interposer on dnnl_sgemm or cblas_sgemm,
 `bench/sgemm_clock.hpp`); dividing the step's tokens by that time alone gives the tokens/s of a
 step whose layers, optimizer and bookkeeping took no time at all. No implementation that keeps
-these fp32 products in this BLAS can pass that bound; the last column sets it against
+these fp32 products in that library can pass that bound; the last column sets it against
 PyTorch's tokens/s in the same round.
 
 {bound}

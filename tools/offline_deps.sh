@@ -3,18 +3,20 @@
 # CUDA but no Debian mirror): on a Debian 12 machine that does, download the project's Debian
 # dependencies and unpack them into a folder that travels with the source tree.
 #
-#   bash tools/offline_deps.sh .deps            # here, with apt (about 48 MB unpacked)
+#   bash tools/offline_deps.sh .deps            # here, with apt (about 90 MB unpacked, 39 MB of it oneDNN)
 #   rsync -a . gpu-box:scalelab/                 # the folder travels with the tree
 #   bash tools/gpu_measure.sh --deps .deps       # there: uses .deps/usr as a CMake prefix
 #
-# Only headers and shared libraries are kept. OpenBLAS and Google Benchmark from Debian 12 run on
+# Only headers and shared libraries are kept. oneDNN (the default sgemm, SCALELAB_BLAS) needs
+# libOpenCL.so.1 (ocl-icd) and libgomp (GCC's, already there). OpenBLAS and Google Benchmark from Debian 12 run on
 # newer glibc versions too (checked on the GPU machine that docs/results/ names). OpenMPI is left
 # out on purpose: it pulls dozens of libraries, and one GPU needs no mpirun.
 set -euo pipefail
 dest=${1:?usage: tools/offline_deps.sh DEST [extra-debian-package ...]}
 shift
 packages=(catch2 nlohmann-json3-dev libcli11-dev libbenchmark-dev libbenchmark1debian
-          libopenblas-dev libopenblas0 libopenblas0-pthread libopenblas-pthread-dev libgfortran5 "$@")
+          libopenblas-dev libopenblas0 libopenblas0-pthread libopenblas-pthread-dev libgfortran5
+          libdnnl-dev libdnnl2 ocl-icd-libopencl1 "$@")
 mkdir -p "$dest/debs"
 dest=$(cd "$dest" && pwd)
 # apt-get download runs as the _apt user where it can; a root-owned folder only gets a warning.

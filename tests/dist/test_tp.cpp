@@ -5,9 +5,10 @@
 // Bitwise: what no reduction and no matrix product touches: the embedding's output (its
 // all-reduce adds one row and t - 1 rows of zeros: exact) and block 0's ln_1 (the same rows).
 // The column-parallel c_attn output computes each output feature as the same dot product as the
-// whole layer, but not bit for bit here: OpenBLAS picks its sgemm kernel, and with it the order
-// of the C-long sums, by the matrix's size, and a (N, 3C/t) product is another size than
-// (N, 3C). Measured: 154 of 3456 elements differ, by at most 9e-8 (t = 2). So c_attn's and the
+// whole layer, but not bit for bit here: the BLAS (OpenBLAS, oneDNN: SCALELAB_BLAS) picks its
+// sgemm kernel, and with it the order of the C-long sums, by the matrix's size, and a (N, 3C/t)
+// product is another size than (N, 3C). Measured with OpenBLAS: 154 of 3456 elements differ, by
+// at most 9e-8 (t = 2). So c_attn's and the
 // attention's outputs are compared within |a - b| <= 1e-5 |b| + 1e-7 (a wrong head, a missing
 // bias or a transposed split is off by O(1)).
 // Tolerance: everything after the first row-parallel layer. Its all-reduce adds t partial sums

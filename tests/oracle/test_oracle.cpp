@@ -5,9 +5,10 @@
 //
 // Tolerance, per tensor X with reference values r_i and scale m = max_i |r_i|:
 //     |got_i - r_i| <= 1e-5 * m + 1e-8        for every element i
-// float32 arithmetic summed in a different order (OpenBLAS vs PyTorch's kernels) differs by a
-// few ulps per operation; through the whole model that stays near 1e-6 * m (measured: 1.2e-6
-// for the gradients, 1e-7 for AdamW alone, with OpenBLAS against PyTorch 1.13). A wrong formula
+// float32 arithmetic summed in a different order (our BLAS vs PyTorch's kernels) differs by a
+// few ulps per operation; through the whole model that stays near 1e-6 * m (measured against
+// PyTorch 1.13: 1.2e-6 for the gradients, 1e-7 for AdamW alone, with OpenBLAS; 7e-7 and 1e-7
+// with oneDNN, SCALELAB_BLAS's default). A wrong formula
 // is off by a sizeable fraction of m. The 1e-8 floor only matters for tensors that are
 // (nearly) all zero. Losses: |got - ref| <= 1e-5 * |ref| + 1e-8. The parameters after three
 // training steps need a different rule (AdamW amplifies rounding): see check_trained_params.

@@ -14,7 +14,7 @@ source "$src/gradescope.conf"   # LAB, CMAKE_ARGS
 apt-get update
 apt-get install -y --no-install-recommends \
   build-essential cmake ninja-build python3 \
-  catch2 libopenblas-dev libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev libbenchmark-dev
+  catch2 libopenblas-dev libdnnl-dev libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev libbenchmark-dev
 
 cmake_version=$(cmake --version | head -1 | awk '{print $3}')
 if [[ "$(printf '%s\n' 3.25 "$cmake_version" | sort -V | head -1)" != 3.25 ]]; then
