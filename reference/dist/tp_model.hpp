@@ -17,6 +17,11 @@
 //
 // Checkpointing (stage 02) comes from the shared block walk (model/block_walk.hpp); a recomputed
 // block forward communicates again, as Megatron's does.
+//
+// Inside a pipeline (tp x pp) the model is built for one stage's slice: the embedding only on the
+// first stage, ln_f, the head and the cross-entropy only on the last; a slice without the
+// embeddings starts from the previous stage's rows, one without the head ends at its blocks'
+// output (PipelineChunk's forward_slice and backward_slice, dist/pipeline_chunk.hpp).
 #pragma once
 
 #include <cstddef>
