@@ -32,12 +32,12 @@ void DistributedOptimizer::all_gather_params() {
 }
 
 TrainModel::StepOutcome DistributedOptimizer::step(AdamW& optimizer, double lr, double grad_scale, double clip,
-                                                   const SumSquaresFn& sum_squares, Communicator* model_group) {
+                                                   const IndexRanges& counted_elsewhere, Communicator* model_group) {
   const std::size_t begin = shard_begin(), end = begin + shard_size();
   const GradNormFn norm_of = [&](const float* /*shard*/, std::size_t /*n*/) {
     // The shards of one replica's buffer partition it, so their sums add up to the buffer's;
     // the model group then adds the other stages' or shards' parts of the model.
-    double s = sum_squares(grads_, begin, end);
+    double s = sum_squares_skipping(grads_, begin, end, counted_elsewhere);
     dp_.all_reduce(&s, 1);
     if (model_group) model_group->all_reduce(&s, 1);
     return std::sqrt(s);
@@ -45,18 +45,15 @@ TrainModel::StepOutcome DistributedOptimizer::step(AdamW& optimizer, double lr, 
   const StepOutcome out = fp32_optimizer_step(optimizer, params_ + begin, grads_ + begin, end - begin, lr, grad_scale,
                                               clip, norm_of);
   // Skipped alike on every rank (the norm is the same everywhere): nothing changed to gather.
+  const std::uint64_t before = dp_.stats()[CommOp::kAllGather].bytes_sent;
   if (!out.skipped) all_gather_params();
+  gathered_bytes_ = dp_.stats()[CommOp::kAllGather].bytes_sent - before;
   return out;
 }
 
 TrainModel::StepOutcome DistributedOptimizer::optimizer_step(AdamW& optimizer, double lr, double grad_scale,
                                                              double clip) {
-  const SumSquaresFn every_element = [](const float* g, std::size_t begin, std::size_t end) {
-    double s = 0;
-    for (std::size_t i = begin; i < end; ++i) s += static_cast<double>(g[i]) * g[i];
-    return s;
-  };
-  return step(optimizer, lr, grad_scale, clip, every_element, nullptr);
+  return step(optimizer, lr, grad_scale, clip, IndexRanges{}, nullptr);
 }
 
 void DistributedOptimizer::set_master_params(const float* values) {
@@ -74,6 +71,13 @@ TrainCheckpoint DistributedOptimizer::gather(const TrainCheckpoint& mine) {
     dp_.all_gather(to->data() + shard_begin(), to->data(), partition_.count, DataType::kFloat32);
   }
   return whole;
+}
+
+void reduce_over_replicas(DistributedOptimizer* zero, Communicator& dp, float* grads, std::size_t n) {
+  if (zero)
+    zero->reduce_gradients();
+  else if (dp.size() > 1)
+    dp.all_reduce(grads, n, ReduceOp::kSum);
 }
 
 std::vector<float> DistributedOptimizer::shard_of(const std::vector<float>& inner_values) const {

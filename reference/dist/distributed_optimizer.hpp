@@ -21,21 +21,18 @@
 #pragma once
 
 #include <cstddef>
-#include <functional>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "comm/communicator.hpp"
 #include "core/memory.hpp"
+#include "dist/norm_share.hpp"
 #include "io/checkpoint.hpp"
 #include "model/train_model.hpp"
 
 namespace scalelab {
-
-// The sum of squares of grads[begin, end) that this rank counts toward the whole model's
-// gradient norm (a tensor held as a copy on several ranks is counted on one of them only).
-using SumSquaresFn = std::function<double(const float* grads, std::size_t begin, std::size_t end)>;
 
 class DistributedOptimizer final : public TrainModel {
  public:
@@ -53,10 +50,13 @@ class DistributedOptimizer final : public TrainModel {
   // After the step's last backward: this rank's shard of the gradients becomes the sum over the
   // data-parallel group (the rest of the buffer is left as it was and not read again).
   void reduce_gradients();
-  // The step: grad_scale, then the norm (sum_squares over this rank's shard, added over dp and
-  // then over model_group when given), skip on inf/NaN, clip, AdamW on the shard, all-gather.
-  StepOutcome step(AdamW& optimizer, double lr, double grad_scale, double clip, const SumSquaresFn& sum_squares,
+  // The step: grad_scale, then the norm (the shard's squares without the ranges another rank
+  // counts, dist/norm_share.hpp, added over dp and then over model_group when given), skip on
+  // inf/NaN, clip, AdamW on the shard, all-gather.
+  StepOutcome step(AdamW& optimizer, double lr, double grad_scale, double clip, const IndexRanges& counted_elsewhere,
                    Communicator* model_group);
+  // Bytes this rank sent in the last step's all-gather of the parameters (0 for a skipped step).
+  std::uint64_t gathered_bytes() const { return gathered_bytes_; }
   // Every replica's shard of a checkpoint's params, m and v, put together (collective over dp):
   // this rank's part of the model, whole, as the model without the distributed optimizer holds it.
   TrainCheckpoint gather(const TrainCheckpoint& mine);
@@ -93,6 +93,12 @@ class DistributedOptimizer final : public TrainModel {
   Communicator& dp_;
   BlockPartition partition_;
   Buffer<float> reduced_;  // the reduce-scatter's receive buffer (the shard's size; it may not overlap the send)
+  std::uint64_t gathered_bytes_ = 0;
 };
+
+// After the step's last backward, the data-parallel replicas' gradients (n elements at grads):
+// all-reduced, or with the distributed optimizer (zero not null) reduce-scattered into each
+// replica's shard. Nothing with one replica and no distributed optimizer.
+void reduce_over_replicas(DistributedOptimizer* zero, Communicator& dp, float* grads, std::size_t n);
 
 }  // namespace scalelab

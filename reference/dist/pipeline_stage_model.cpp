@@ -88,17 +88,17 @@ void PipelineStageModel::finish_gradients() {
     if (auto* t = dynamic_cast<TensorParallelModel*>(c.get())) t->finish_gradients();
 }
 
-std::vector<std::pair<std::size_t, std::size_t>> PipelineStageModel::counted_elsewhere() const {
-  std::vector<std::pair<std::size_t, std::size_t>> out;
+IndexRanges PipelineStageModel::counted_elsewhere() const {
+  IndexRanges out;
   for (std::size_t c = 0; c < chunks_.size(); ++c) {
+    const std::size_t at = offsets_[c];
     const ModelSlice& s = slices_[c];
-    const ParamLayout& l = chunks_[c]->layout();
-    for (std::size_t i = 0; i < l.tensors().size(); ++i) {
-      const ParamTensor& t = l.tensors()[i];
-      const bool head_copy = t.name == "transformer.wte.weight" && s.head && !s.embeddings;
-      const bool replicated = tp_.comm && tp_.comm->rank() != 0 && tp_split_of(t.name) == TpSplit::kReplicated;
-      if (head_copy || replicated) out.emplace_back(offsets_[c] + t.offset, offsets_[c] + t.offset + t.numel);
+    if (s.head && !s.embeddings) {  // the head's copy of the tied wte: model stage 0 counts it
+      const ParamTensor& wte = chunks_[c]->layout().find("transformer.wte.weight");
+      out.emplace_back(at + wte.offset, at + wte.offset + wte.numel);
     }
+    if (const auto* t = dynamic_cast<const TensorParallelModel*>(chunks_[c].get()))
+      for (const auto& [begin, end] : t->counted_elsewhere()) out.emplace_back(at + begin, at + end);
   }
   std::sort(out.begin(), out.end());
   return out;

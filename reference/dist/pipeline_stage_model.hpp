@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "dist/norm_share.hpp"
 #include "dist/pipeline_chunk.hpp"
 #include "dist/tp_layout.hpp"
 #include "model/gpt.hpp"
@@ -64,7 +65,7 @@ class PipelineStageModel final : public TrainModel {
   // gradient norm: the head's copy of the tied wte (model stage 0 counts it; only when the
   // stage holds the head but not the embeddings), and on tensor-parallel ranks other than 0 the
   // replicated tensors. Sorted, not overlapping.
-  std::vector<std::pair<std::size_t, std::size_t>> counted_elsewhere() const;
+  IndexRanges counted_elsewhere() const;
   // This rank's values of whole-model values (ParamLayout(config) order): its chunks' tensors,
   // split when tensor parallel.
   std::vector<float> held_values(const std::vector<float>& whole) const;

@@ -132,10 +132,7 @@ void PipelineStrategy::sync_gradients(TrainModel& /*model*/) {
   }
   // 2. One all-reduce per step over the replicas of this stage, after every backward (under
   //    ZeRO-1 its first half, the reduce-scatter; the all-gather follows the update).
-  if (zero_)
-    zero_->reduce_gradients();
-  else if (grid_->shape().dp > 1)
-    grid_->dp().all_reduce(stage_->fp32_grads(), stage_->num_params(), ReduceOp::kSum);
+  reduce_over_replicas(zero_, grid_->dp(), stage_->fp32_grads(), stage_->num_params());
 
   report_ = {};
   report_.bytes_sent += pp.stats()[CommOp::kSend].bytes_sent - pp_before_[CommOp::kSend].bytes_sent;
@@ -239,33 +236,18 @@ double PipelineStrategy::mean_loss(double local_loss) {
   return loss;
 }
 
-double PipelineStrategy::sum_squares(const float* g, std::size_t begin, std::size_t end) const {
-  // In order over [begin, end), stepping over what another rank counts (counted_elsewhere_).
-  double s = 0;
-  std::size_t i = begin;
-  for (const auto& [skip_begin, skip_end] : counted_elsewhere_) {
-    for (; i < std::min(end, skip_begin); ++i) s += static_cast<double>(g[i]) * g[i];
-    i = std::max(i, std::min(end, skip_end));
-  }
-  for (; i < end; ++i) s += static_cast<double>(g[i]) * g[i];
-  return s;
-}
-
 TrainModel::StepOutcome PipelineStrategy::optimizer_step(TrainModel& /*model*/, AdamW& optimizer, double lr,
                                                          double grad_scale, double clip) {
   // The norm of the whole model's gradient: each rank's sum of squares, summed over the pipeline
   // group and the tensor-parallel group (and first over the shards of the stage under ZeRO-1).
-  const SumSquaresFn of_range = [this](const float* g, std::size_t begin, std::size_t end) {
-    return sum_squares(g, begin, end);
-  };
   if (zero_) {
-    const CommStats before = grid_->dp().stats();
-    const TrainModel::StepOutcome out = zero_->step(optimizer, lr, grad_scale, clip, of_range, &model_ranks());
-    report_.bytes_sent += grid_->dp().stats()[CommOp::kAllGather].bytes_sent - before[CommOp::kAllGather].bytes_sent;
+    const TrainModel::StepOutcome out = zero_->step(optimizer, lr, grad_scale, clip, counted_elsewhere_,
+                                                    &model_ranks());
+    report_.bytes_sent += zero_->gathered_bytes();  // read after the update, so the all-gather counts
     return out;
   }
   const GradNormFn norm_of = [&](const float* g, std::size_t n) {
-    double s = of_range(g, 0, n);
+    double s = sum_squares_skipping(g, 0, n, counted_elsewhere_);
     model_ranks().all_reduce(&s, 1);
     return std::sqrt(s);
   };
@@ -296,10 +278,6 @@ void PipelineStrategy::save_weights(const TrainModel& /*model*/, const std::stri
 }
 
 std::vector<float> PipelineStrategy::held_values(const TrainModel& /*model*/, const std::vector<float>& whole) const {
-  require(whole.size() == ParamLayout(stage_->config()).num_params(), "resume",
-          "the values hold " + std::to_string(whole.size()) + " parameters, config " + stage_->config().name + " has " +
-              std::to_string(ParamLayout(stage_->config()).num_params()),
-          "resume from a checkpoint written by scalelab train --save-state for this config");
   std::vector<float> stage = stage_->held_values(whole);
   return zero_ ? zero_->shard_of(stage) : stage;
 }

@@ -86,9 +86,6 @@ class PipelineStrategy final : public ParallelStrategy {
   double from_last_stage(double value);
   // Gathers every rank's measured compute actions and fills bubble_ (collective over pp).
   void measure_bubble();
-  // This rank's sum of squares of grads[begin, end) toward the whole model's norm: the head's
-  // copy of the tied wte left out (it equals model stage 0's).
-  double sum_squares(const float* grads, std::size_t begin, std::size_t end) const;
   // The ranks that hold one replica of the model between them: the pipeline group, or with
   // tensor parallelism every (pp, tp) rank of this replica. The gradient norm is summed over
   // them, and saving gathers the whole model from replica 0's.
@@ -103,8 +100,8 @@ class PipelineStrategy final : public ParallelStrategy {
   DistributedOptimizer* zero_ = nullptr;  // --zero 1: the wrapper around stage_ the trainer drives
   int zero_stage_ = 0;
   bool sequence_parallel_ = false;
-  std::unique_ptr<Communicator> model_group_;                           // tp > 1: this replica's (pp, tp) ranks
-  std::vector<std::pair<std::size_t, std::size_t>> counted_elsewhere_;  // the stage's, for the norm
+  std::unique_ptr<Communicator> model_group_;  // tp > 1: this replica's (pp, tp) ranks
+  IndexRanges counted_elsewhere_;              // the stage's (PipelineStageModel::counted_elsewhere), for the norm
   std::unique_ptr<PipelineExecutor> executor_;
   Timeline timeline_;
   int batch_rows_ = 0;

@@ -45,6 +45,12 @@ TensorParallelModel::TensorParallelModel(const GPTConfig& config, const ModelSli
   }
   w_ = tp_param_view(shard_, params_);
   g_ = tp_param_view(shard_, grads_);
+  if (tp_comm.rank() != 0)
+    for (std::size_t i = 0; i < shard_.layout().tensors().size(); ++i)
+      if (shard_.split(i) == TpSplit::kReplicated) {
+        const ParamTensor& t = shard_.layout().tensors()[i];
+        counted_elsewhere_.emplace_back(t.offset, t.offset + t.numel);
+      }
 }
 
 template <typename Values>
@@ -239,22 +245,10 @@ void TensorParallelModel::init_weights(std::uint64_t seed) {
 
 void TensorParallelModel::set_master_params(const float* values) { std::copy(values, values + num_params(), params_); }
 
-double TensorParallelModel::sum_squares(const float* g, std::size_t begin, std::size_t end) const {
-  double s = 0;
-  const auto& tensors = shard_.layout().tensors();
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    if (shard_.split(i) == TpSplit::kReplicated && tp_.rank() != 0) continue;
-    const std::size_t first = std::max(begin, tensors[i].offset);
-    const std::size_t last = std::min(end, tensors[i].offset + tensors[i].numel);
-    for (std::size_t k = first; k < last; ++k) s += static_cast<double>(g[k]) * g[k];
-  }
-  return s;
-}
-
 TrainModel::StepOutcome TensorParallelModel::optimizer_step(AdamW& optimizer, double lr, double grad_scale,
                                                             double clip) {
   const GradNormFn norm_of = [this](const float* g, std::size_t n) {
-    double s = sum_squares(g, 0, n);
+    double s = sum_squares_skipping(g, 0, n, counted_elsewhere_);
     tp_.comm->all_reduce(&s, 1);
     return std::sqrt(s);
   };

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "core/memory.hpp"
+#include "dist/norm_share.hpp"
 #include "dist/pipeline_chunk.hpp"
 #include "dist/tp_block.hpp"
 #include "dist/tp_layout.hpp"
@@ -84,10 +85,11 @@ class TensorParallelModel final : public TrainModel, public PipelineChunk, priva
   // AdamW on this rank's shard; the clipping norm is the whole model's (split tensors summed
   // over the group, replicated ones counted once).
   StepOutcome optimizer_step(AdamW& optimizer, double lr, double grad_scale, double clip) override;
-  // This rank's part of the whole model's squared gradient norm, from grads[begin, end): the split
-  // tensors' squares on every rank, the replicated tensors' (equal on every rank once
-  // finish_gradients ran) on tp rank 0 only. Summed over the group, the whole model's.
-  double sum_squares(const float* grads, std::size_t begin, std::size_t end) const;
+  // What this rank leaves out of its share of the gradient norm (dist/norm_share.hpp): on tp ranks
+  // other than 0 the replicated tensors, equal on every rank once finish_gradients ran and counted
+  // on rank 0. The split tensors count on every rank; the shares summed over the group are the
+  // whole model's.
+  const IndexRanges& counted_elsewhere() const { return counted_elsewhere_; }
   float* fp32_grads() override { return grads_; }
   std::size_t block_forward_count() const override { return block_forwards_; }
   std::string precision_name() const override { return "fp32"; }
@@ -159,6 +161,7 @@ class TensorParallelModel final : public TrainModel, public PipelineChunk, priva
   float* params_ = nullptr;
   float* grads_ = nullptr;
   ParamView<float> w_, g_;
+  IndexRanges counted_elsewhere_;
   CheckpointPolicy policy_;
   AttentionKind attention_ = AttentionKind::kNaive;
   TpDims dims_;  // the scratch's shape (the last forward's)

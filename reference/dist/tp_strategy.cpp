@@ -99,10 +99,7 @@ double TensorParallelStrategy::run_micro_batches(TrainModel& model, const Global
 void TensorParallelStrategy::sync_gradients(TrainModel& /*model*/) {
   model_->finish_gradients();
   step_ledger_ = model_->group().ledger;
-  if (zero_)
-    zero_->reduce_gradients();
-  else if (grid_->shape().dp > 1)
-    grid_->dp().all_reduce(model_->grads(), model_->num_params(), ReduceOp::kSum);
+  reduce_over_replicas(zero_, grid_->dp(), model_->grads(), model_->num_params());
   report_ = {};
   report_.bytes_sent = bytes_of(grid_->tp().stats(), tp_before_) + bytes_of(grid_->dp().stats(), dp_before_);
   report_.comm_seconds = collective_seconds(grid_->tp().stats()) - collective_seconds(tp_before_) +
@@ -122,12 +119,9 @@ double TensorParallelStrategy::mean_loss(double local_loss) {
 TrainModel::StepOutcome TensorParallelStrategy::optimizer_step(TrainModel& model, AdamW& optimizer, double lr,
                                                                double grad_scale, double clip) {
   if (!zero_) return model.optimizer_step(optimizer, lr, grad_scale, clip);
-  const CommStats before = grid_->dp().stats();
-  const SumSquaresFn of_range = [this](const float* g, std::size_t begin, std::size_t end) {
-    return model_->sum_squares(g, begin, end);
-  };
-  const TrainModel::StepOutcome out = zero_->step(optimizer, lr, grad_scale, clip, of_range, &grid_->tp());
-  report_.bytes_sent += grid_->dp().stats()[CommOp::kAllGather].bytes_sent - before[CommOp::kAllGather].bytes_sent;
+  const TrainModel::StepOutcome out = zero_->step(optimizer, lr, grad_scale, clip, model_->counted_elsewhere(),
+                                                  &grid_->tp());
+  report_.bytes_sent += zero_->gathered_bytes();  // read after the update, so the all-gather counts
   return out;
 }
 
