@@ -113,6 +113,26 @@ Result run_pipeline(Communicator& world, const std::string& schedule, const std:
   return run(h, true);
 }
 
+// The first step's loss against the naive run's, within kLossTol relative.
+void check_first_loss(const Result& r, const Result& naive) {
+  const double loss_err = std::fabs(r.first_loss - naive.first_loss) / std::fabs(naive.first_loss);
+  INFO("first loss " << r.first_loss << " vs naive " << naive.first_loss << ": relative error " << loss_err
+                     << " (tolerance " << kLossTol << ")");
+  CHECK(loss_err <= kLossTol);
+}
+
+// This rank's first gradients and parameters after kSteps against the naive run's, per tensor of
+// `layout` (the key third of each c_attn bias left out of the parameters, see worst_tensor_error).
+void check_rank_tensors(const ParamLayout& layout, const Result& r, const Result& naive) {
+  std::string report;
+  const double worst_g = worst_tensor_error("gradient", layout, r.first_grads.data(), naive.first_grads.data(),
+                                            kGradTol, report);
+  const double worst_p = worst_tensor_error("parameters after 3 steps", layout, r.params.data(), naive.params.data(),
+                                            kParamTol, report, true);
+  INFO(report << "worst gradient error " << worst_g << ", worst parameter error " << worst_p);
+  CHECK(report.empty());
+}
+
 }  // namespace
 
 // Graded in lab 08 (tests/grading/lab08-attention.json). Every rank runs the same kernels at the
@@ -127,10 +147,7 @@ TEST_CASE("ZeRO-1 and ZeRO-3 with chunked and flash attention equal their naive 
     for (const char* kind : {"chunked", "flash"}) {
       const Result r = run_zero(world, stage, kind);
       INFO(where(world) << ", ZeRO-" << stage << " --attention " << kind);
-      const double loss_err = std::fabs(r.first_loss - naive.first_loss) / std::fabs(naive.first_loss);
-      INFO("first loss " << r.first_loss << " vs naive " << naive.first_loss << ": relative error " << loss_err
-                         << " (tolerance " << kLossTol << ")");
-      CHECK(loss_err <= kLossTol);
+      check_first_loss(r, naive);
       // The key third of each c_attn bias is left out (see worst_tensor_error).
       std::string report;
       const std::vector<float> got = whole_params(world, r), want = whole_params(world, naive);
@@ -150,18 +167,9 @@ TEST_CASE("pipeline 1f1b and zb-h1 with chunked and flash attention equal their 
     for (const char* kind : {"chunked", "flash"}) {
       const Result r = run_pipeline(world, schedule, kind);
       INFO(where(world) << ", pipeline " << schedule << " --attention " << kind);
-      const double loss_err = std::fabs(r.first_loss - naive.first_loss) / std::fabs(naive.first_loss);
-      INFO("first loss " << r.first_loss << " vs naive " << naive.first_loss << ": relative error " << loss_err
-                         << " (tolerance " << kLossTol << ")");
-      CHECK(loss_err <= kLossTol);
+      check_first_loss(r, naive);
       const ParamLayout layout = ParamLayout(config(), pipeline_stage_slice(config(), world.rank(), world.size()));
-      std::string report;
-      const double worst_g = worst_tensor_error("gradient", layout, r.first_grads.data(), naive.first_grads.data(),
-                                                kGradTol, report);
-      const double worst_p = worst_tensor_error("parameters after 3 steps", layout, r.params.data(),
-                                                naive.params.data(), kParamTol, report, true);
-      INFO(report << "worst gradient error " << worst_g << ", worst parameter error " << worst_p);
-      CHECK(report.empty());
+      check_rank_tensors(layout, r, naive);
     }
   }
 }
@@ -176,17 +184,8 @@ TEST_CASE("tensor parallelism with chunked and flash attention on each rank's he
     for (const char* kind : {"chunked", "flash"}) {
       const Result r = run_tensor_parallel(world, sp, kind);
       INFO(where(world) << ", --tp " << world.size() << (sp ? " --sequence-parallel" : "") << " --attention " << kind);
-      const double loss_err = std::fabs(r.first_loss - naive.first_loss) / std::fabs(naive.first_loss);
-      INFO("first loss " << r.first_loss << " vs naive " << naive.first_loss << ": relative error " << loss_err
-                         << " (tolerance " << kLossTol << ")");
-      CHECK(loss_err <= kLossTol);
-      std::string report;
-      const double worst_g = worst_tensor_error("gradient", layout, r.first_grads.data(), naive.first_grads.data(),
-                                                kGradTol, report);
-      const double worst_p = worst_tensor_error("parameters after 3 steps", layout, r.params.data(),
-                                                naive.params.data(), kParamTol, report, true);
-      INFO(report << "worst gradient error " << worst_g << ", worst parameter error " << worst_p);
-      CHECK(report.empty());
+      check_first_loss(r, naive);
+      check_rank_tensors(layout, r, naive);
     }
   }
 }
