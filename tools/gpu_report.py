@@ -67,11 +67,12 @@ def ratios(ours: list, peer: list) -> list:
     out = []
     for o in ours:
         prec, tps = o.get("precision") or o.get("variant"), o.get("tokens_per_s")
-        if prec not in ("fp32", "bf16", "fp16") or not tps:  # tf32 has no PyTorch row (it runs TF32 off)
+        base = (prec or "").split("+")[0]  # "bf16+flash": scalelab's flash attention, same precision
+        if base not in ("fp32", "bf16", "fp16") or not tps:  # tf32 has no PyTorch row (it runs TF32 off)
             continue
         row = {"precision": prec, "scalelab tokens/s": tps}
         for p in peer:
-            if p.get("precision") == prec and p.get("tokens_per_s") and "error" not in p:
+            if p.get("precision") == base and p.get("tokens_per_s") and "error" not in p:
                 key = f"vs PyTorch {p['mode']} ({p['attention']} attention)"
                 row[key] = round(tps / p["tokens_per_s"], 3)
         out.append(row)

@@ -9,6 +9,7 @@
 #include "kernels/core/device.hpp"
 #include "kernels/core/dtype.hpp"
 #include "kernels/layers/attention.hpp"
+#include "kernels/layers/attention_flash.hpp"
 #include "kernels/layers/crossentropy.hpp"
 #include "kernels/layers/encoder.hpp"
 #include "kernels/layers/gelu.hpp"
@@ -110,6 +111,15 @@ std::vector<KernelRow> bench_layers(const BenchShape& shape, const BenchOptions&
               [&] { attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, blas); });
     r.compute("attention", "backward", 2 * flops, [&] {
       attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH, blas);
+    });
+    // Stage 08's flash kernels on the same inputs. They skip the tiles above the diagonal (about
+    // half the work), but the rows count the same flops as the naive ones, so the two rows'
+    // TFLOP/s compare as their speeds do.
+    auto lse = empty_buffer<float>(static_cast<std::size_t>(B) * NH * T);
+    r.compute("attention flash", "forward", flops,
+              [&] { attention_flash_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, st); });
+    r.compute("attention flash", "backward", 2 * flops, [&] {
+      attention_flash_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH, st);
     });
   }
   {  // GELU over the fc activations (N, 4C)

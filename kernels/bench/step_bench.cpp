@@ -15,6 +15,12 @@
 
 namespace scalelab::cuda {
 
+std::string variant_precision(const std::string& variant) {
+  return variant_has_flash(variant) ? variant.substr(0, variant.size() - kFlashSuffix.size()) : variant;
+}
+
+bool variant_has_flash(const std::string& variant) { return variant.ends_with(kFlashSuffix); }
+
 void StepBenchOptions::validate() const {
   const GPTConfig c = gpt_config_by_name(config);
   require(batch >= 1, "batch", "must be at least 1, got " + std::to_string(batch), "pass e.g. --batch 8");
@@ -23,9 +29,11 @@ void StepBenchOptions::validate() const {
           "pass 0 for the config's context");
   require(warmup >= 0 && steps >= 1, "steps", "need steps >= 1 and warmup >= 0", "pass e.g. --steps 10");
   require(!variants.empty(), "precision", "no variant to run", "pass fp32, tf32, bf16 or all");
-  for (const std::string& v : variants)
-    require(v == "fp32" || v == "tf32" || v == "bf16", "precision", "unknown variant '" + v + "'",
-            "use fp32, tf32, bf16 or all");
+  for (const std::string& v : variants) {
+    const std::string base = variant_precision(v);
+    require(base == "fp32" || base == "tf32" || base == "bf16", "precision", "unknown variant '" + v + "'",
+            "use fp32, tf32 or bf16, each optionally with +flash, or all");
+  }
   require(peak_tflops >= 0, "peak_tflops", "must be non-negative", "pass the measured bf16 GEMM TFLOP/s, or 0");
 }
 
@@ -43,8 +51,9 @@ StepBenchRow bench_variant(const StepBenchOptions& o, const std::string& variant
   MemoryTracker tracker;
   const DeviceMemoryProbe probe;  // created with the tracker: both start level
   GpuOptions gpu;
-  gpu.allow_tf32 = variant == "tf32";
+  gpu.allow_tf32 = variant_precision(variant) == "tf32";
   auto model = std::make_unique<GpuTrainModel<F>>(config, &tracker, gpu);
+  model->set_attention(variant_has_flash(variant) ? AttentionKind::kFlash : AttentionKind::kNaive);
   model->init_weights(1337);
   AdamW optimizer(model->num_params(), AdamWConfig{.lr = 3e-4}, nullptr);  // m, v live on the device
 
@@ -90,7 +99,7 @@ std::vector<StepBenchRow> run_step_bench(const StepBenchOptions& options) {
   options.validate();
   std::vector<StepBenchRow> rows;
   for (const std::string& v : options.variants)
-    rows.push_back(v == "bf16" ? bench_variant<bf16>(options, v) : bench_variant<float>(options, v));
+    rows.push_back(variant_precision(v) == "bf16" ? bench_variant<bf16>(options, v) : bench_variant<float>(options, v));
   return rows;
 }
 

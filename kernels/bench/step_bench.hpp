@@ -16,12 +16,14 @@ namespace scalelab::cuda {
 
 struct StepBenchOptions {
   std::string config = "gpt2";
-  int batch = 8;                                                 // B
-  int seq_len = 0;                                               // T; 0: the config's max_seq_len
-  int warmup = 3;                                                // untimed steps first (allocation, cuBLAS heuristics)
-  int steps = 10;                                                // timed steps; the median is reported
-  std::vector<std::string> variants = {"fp32", "tf32", "bf16"};  // fp32: TF32 off; tf32: on
-  double peak_tflops = 0;                                        // the device's measured peak for MFU; 0 leaves MFU out
+  int batch = 8;    // B
+  int seq_len = 0;  // T; 0: the config's max_seq_len
+  int warmup = 3;   // untimed steps first (allocation, cuBLAS heuristics)
+  int steps = 10;   // timed steps; the median is reported
+  // fp32: TF32 off; tf32: on; bf16: mixed precision. "+flash" (e.g. "bf16+flash"): the same with
+  // flash attention (stage 08) instead of the naive one.
+  std::vector<std::string> variants = {"fp32", "tf32", "bf16"};
+  double peak_tflops = 0;  // the device's measured peak for MFU; 0 leaves MFU out
   // Throws ConfigError naming the first bad option.
   void validate() const;
 };
@@ -39,6 +41,11 @@ struct StepBenchRow {
   std::size_t device_peak_bytes = 0;   // the device pool's high-water mark over the same run
   double final_loss = 0;
 };
+
+inline const std::string kFlashSuffix = "+flash";
+// "bf16+flash" -> "bf16"; a variant without the suffix unchanged.
+std::string variant_precision(const std::string& variant);
+bool variant_has_flash(const std::string& variant);
 
 // 6 N + 12 L C T model flops per token (docs/design.md's convention, as Trainer::flops_per_token).
 double step_flops_per_token(const GPTConfig& config, std::size_t num_params, int T);

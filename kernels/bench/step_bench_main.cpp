@@ -13,7 +13,7 @@
 namespace {
 
 std::vector<std::string> split_variants(const std::string& text) {
-  if (text == "all") return {"fp32", "tf32", "bf16"};
+  if (text == "all") return {"fp32", "tf32", "bf16", "tf32+flash", "bf16+flash"};
   std::vector<std::string> out;
   std::stringstream in(text);
   for (std::string v; std::getline(in, v, ',');) out.push_back(v);
@@ -31,7 +31,8 @@ int main(int argc, char** argv) {
   app.add_option("--seq", o.seq_len, "Sequence length T (0: the config's context)")->capture_default_str();
   app.add_option("--steps", o.steps, "Timed steps (the median is reported)")->capture_default_str();
   app.add_option("--warmup", o.warmup, "Untimed steps first")->capture_default_str();
-  app.add_option("--precision", precision, "fp32, tf32, bf16, a comma list, or all")->capture_default_str();
+  app.add_option("--precision", precision, "fp32, tf32, bf16 (each optionally +flash), a comma list, or all")
+      ->capture_default_str();
   app.add_option("--peak-tflops", o.peak_tflops, "Measured bf16 GEMM TFLOP/s of this device, for MFU (0: none)")
       ->capture_default_str();
   app.add_option("--json", json, "Also write the rows here as JSON");
@@ -46,11 +47,11 @@ int main(int argc, char** argv) {
     std::printf("device %s, config %s, batch %d, %d warm-up + %d timed steps\n", device.c_str(), o.config.c_str(),
                 o.batch, o.warmup, o.steps);
     const auto rows = scalelab::cuda::run_step_bench(o);
-    std::printf("%-8s %6s %6s %10s %10s %12s %10s %8s %12s %12s\n", "variant", "B", "T", "median ms", "min ms",
+    std::printf("%-11s %6s %6s %10s %10s %12s %10s %8s %12s %12s\n", "variant", "B", "T", "median ms", "min ms",
                 "tokens/s", "TFLOP/s", "MFU", "tracked MiB", "device MiB");
     nlohmann::json out = {{"device", device}, {"config", o.config}, {"peak_tflops", o.peak_tflops}, {"rows", {}}};
     for (const auto& r : rows) {
-      std::printf("%-8s %6d %6d %10.2f %10.2f %12.0f %10.1f %7.1f%% %12.1f %12.1f\n", r.variant.c_str(), r.B, r.T,
+      std::printf("%-11s %6d %6d %10.2f %10.2f %12.0f %10.1f %7.1f%% %12.1f %12.1f\n", r.variant.c_str(), r.B, r.T,
                   r.median_ms, r.min_ms, r.tokens_per_s, r.tflops, 100 * r.mfu, r.tracked_peak_bytes / 1048576.0,
                   r.device_peak_bytes / 1048576.0);
       out["rows"].push_back({{"variant", r.variant},

@@ -4,6 +4,7 @@
 
 #include "kernels/core/dtype.hpp"
 #include "kernels/layers/attention.hpp"
+#include "kernels/layers/attention_flash.hpp"
 #include "kernels/layers/gelu.hpp"
 #include "kernels/layers/layernorm.hpp"
 #include "kernels/layers/matmul.hpp"
@@ -20,13 +21,16 @@ std::size_t gpu_block_stat_elements(int B, int T) { return 4 * static_cast<std::
 
 template <typename F>
 void gpu_block_forward(GpuBlockActs<F>& a, const BlockView<F>& w, const F* x, GpuBlockScratch<F>& s, int B, int T,
-                       int C, int NH, const Blas& blas) {
+                       int C, int NH, AttentionKind attention, const Blas& blas) {
   const int N = B * T;
   const std::size_t NC = static_cast<std::size_t>(N) * C;
   cudaStream_t st = blas.stream();
   layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, N, C, st);
   matmul_forward(a.qkv, a.ln1, w.qkv_w, w.qkv_b, N, C, 3 * C, blas);
-  attention_forward(a.atty, a.att, a.qkv, B, T, C, NH, blas);
+  if (attention == AttentionKind::kFlash)
+    attention_flash_forward(a.atty, a.lse, a.qkv, B, T, C, NH, st);
+  else
+    attention_forward(a.atty, a.att, a.qkv, B, T, C, NH, blas);
   matmul_forward(s.proj, a.atty, w.attproj_w, w.attproj_b, N, C, C, blas);
   residual_forward(a.residual2, x, s.proj, NC, st);
   layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_w, w.ln2_b, N, C, st);
@@ -38,7 +42,7 @@ void gpu_block_forward(GpuBlockActs<F>& a, const BlockView<F>& w, const F* x, Gp
 
 template <typename F>
 void gpu_block_backward(F* dres, const BlockView<F>& g, const GpuBlockActs<F>& a, const BlockView<F>& w, const F* x,
-                        GpuBlockScratch<F>& s, int B, int T, int C, int NH, const Blas& blas) {
+                        GpuBlockScratch<F>& s, int B, int T, int C, int NH, AttentionKind attention, const Blas& blas) {
   const int N = B * T;
   const std::size_t NC = static_cast<std::size_t>(N) * C;
   cudaStream_t st = blas.stream();
@@ -50,16 +54,19 @@ void gpu_block_backward(F* dres, const BlockView<F>& g, const GpuBlockActs<F>& a
   layernorm_backward(dres, g.ln2_w, g.ln2_b, s.dbtc, a.residual2, w.ln2_w, a.ln2_mean, a.ln2_rstd, N, C, st);
   // dres now holds d loss / d residual2. Attention branch, the same way.
   matmul_backward(s.dbtc, g.attproj_w, g.attproj_b, dres, a.atty, w.attproj_w, N, C, C, blas);
-  attention_backward(s.dwide, s.datt, s.dbtc, a.qkv, a.att, B, T, C, NH, blas);  // dqkv (B,T,3C) in dwide
+  if (attention == AttentionKind::kFlash)  // dqkv (B,T,3C) in dwide
+    attention_flash_backward(s.dwide, s.dbtc, a.qkv, a.atty, a.lse, B, T, C, NH, st);
+  else
+    attention_backward(s.dwide, s.datt, s.dbtc, a.qkv, a.att, B, T, C, NH, blas);
   matmul_backward(s.dbtc, g.qkv_w, g.qkv_b, s.dwide, a.ln1, w.qkv_w, N, C, 3 * C, blas);
   layernorm_backward(dres, g.ln1_w, g.ln1_b, s.dbtc, x, w.ln1_w, a.ln1_mean, a.ln1_rstd, N, C, st);
 }
 
 #define SCALELAB_INSTANTIATE(F)                                                                                       \
   template void gpu_block_forward<F>(GpuBlockActs<F>&, const BlockView<F>&, const F*, GpuBlockScratch<F>&, int, int,  \
-                                     int, int, const Blas&);                                                          \
+                                     int, int, AttentionKind, const Blas&);                                           \
   template void gpu_block_backward<F>(F*, const BlockView<F>&, const GpuBlockActs<F>&, const BlockView<F>&, const F*, \
-                                      GpuBlockScratch<F>&, int, int, int, int, const Blas&);
+                                      GpuBlockScratch<F>&, int, int, int, int, AttentionKind, const Blas&);
 SCALELAB_INSTANTIATE(float)
 SCALELAB_INSTANTIATE(bf16)
 SCALELAB_INSTANTIATE(fp16)

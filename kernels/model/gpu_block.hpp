@@ -10,6 +10,7 @@
 
 #include "kernels/core/blas.hpp"
 #include "model/block.hpp"
+#include "model/layers/attention_kind.hpp"
 #include "model/params.hpp"
 
 namespace scalelab::cuda {
@@ -21,7 +22,7 @@ struct GpuBlockActs {
   float* ln1_mean;  // (B,T)
   float* ln1_rstd;  // (B,T)
   F* qkv;           // (B,T,3C)
-  F* att;           // (B,NH,T,T) softmax probabilities
+  F* att;           // (B,NH,T,T) softmax probabilities (naive attention; null with flash)
   F* atty;          // (B,T,C)    attention output, before the projection
   F* residual2;     // (B,T,C)    x + attention branch
   F* ln2;           // (B,T,C)
@@ -30,6 +31,9 @@ struct GpuBlockActs {
   F* fch;           // (B,T,4C)   mlp_fc output
   F* fch_gelu;      // (B,T,4C)
   F* residual3;     // (B,T,C)    the block's output (the next block's input)
+  // Stage 08: flash attention saves this instead of att, in fp32 (kernels/layers/attention_flash.hpp
+  // says why). Not part of carve_block_acts: the model carves it from its fp32 statistics.
+  float* lse = nullptr;  // (B,NH,T)  log-sum-exp of each query's scaled scores
 };
 
 // Elements of one block's saved activations: 16 BTC + NH B T T of F, and 4 BT of float. Their
@@ -46,17 +50,20 @@ struct GpuBlockScratch {
   F* proj;   // (B,T,C)  projection output before the residual add (forward)
   F* dbtc;   // (B,T,C)  gradient of ln1/ln2/atty outputs
   F* dwide;  // (B,T,4C) gradient of fch/fch_gelu, and of qkv (3C of the 4C)
-  F* datt;   // (NH,T,T) attention_backward's score gradients of one batch row (all heads)
+  F* datt;   // (NH,T,T) attention_backward's score gradients of one batch row (all heads);
+             //          null with flash attention, which needs no workspace
 };
 
 // Forward of block `w` on input x (B,T,C); fills `a`. Everything runs on blas.stream().
+// attention: kNaive (attention.hpp, saves att) or kFlash (attention_flash.hpp, saves lse); the
+// one place where the GPU model's attention kind takes effect.
 template <typename F>
 void gpu_block_forward(GpuBlockActs<F>& a, const BlockView<F>& w, const F* x, GpuBlockScratch<F>& s, int B, int T,
-                       int C, int NH, const Blas& blas);
+                       int C, int NH, AttentionKind attention, const Blas& blas);
 // Backward: on entry dres (B,T,C) holds d loss / d block output; on exit d loss / d block input.
 // Parameter gradients accumulate (+=) into g.
 template <typename F>
 void gpu_block_backward(F* dres, const BlockView<F>& g, const GpuBlockActs<F>& a, const BlockView<F>& w, const F* x,
-                        GpuBlockScratch<F>& s, int B, int T, int C, int NH, const Blas& blas);
+                        GpuBlockScratch<F>& s, int B, int T, int C, int NH, AttentionKind attention, const Blas& blas);
 
 }  // namespace scalelab::cuda

@@ -20,9 +20,21 @@
 
 namespace scalelab::cuda {
 
-std::size_t gpu_stat_elements(const GPTConfig& c, int B, int T, const CheckpointPolicy& policy) {
+std::size_t gpu_stat_elements(const GPTConfig& c, int B, int T, const CheckpointPolicy& policy,
+                              AttentionKind attention) {
   const std::size_t slots = activation_slots(policy, c.num_layers);
-  return slots * gpu_block_stat_elements(B, T) + 3 * static_cast<std::size_t>(B) * T;
+  const std::size_t lse = attention == AttentionKind::kFlash ? static_cast<std::size_t>(c.num_heads) * B * T
+                                                             : 0;  // per slot
+  return slots * (gpu_block_stat_elements(B, T) + lse) + 3 * static_cast<std::size_t>(B) * T;
+}
+
+template <typename F>
+void GpuGPT<F>::set_attention(AttentionKind kind) {
+  require(kind != AttentionKind::kChunked, "attention",
+          "--attention chunked has no GPU kernel: it is the CPU's step between naive and flash",
+          "use --attention flash (or naive) with --device cuda, or run chunked with --device cpu");
+  check_attention_policy(kind, policy_);
+  attention_ = kind;
 }
 
 template <typename F>
@@ -44,7 +56,8 @@ GpuGPT<F>::GpuGPT(const GPTConfig& config, MemoryTracker* tracker, const GpuOpti
 template <typename F>
 void GpuGPT<F>::ensure_buffers(int B, int T) {
   const bool same_policy = acts_.policy.kind == policy_.kind && acts_.policy.every == policy_.every;
-  if (acts_.B == B && acts_.T == T && same_policy) return;
+  if (acts_.B == B && acts_.T == T && same_policy && acts_attention_ == attention_) return;
+  const bool flash = attention_ == AttentionKind::kFlash;
   const std::size_t BT = static_cast<std::size_t>(B) * T, BTC = BT * config_.channels;
   const std::size_t TT = static_cast<std::size_t>(T) * T;
   // Free the old buffers first, so the peak is not their sum.
@@ -53,18 +66,19 @@ void GpuGPT<F>::ensure_buffers(int B, int T) {
   scratch_buffer_ = DeviceBuffer<F>();
   tokens_ = DeviceBuffer<int>();
   targets_ = DeviceBuffer<int>();
-  const std::size_t stats = gpu_stat_elements(config_, B, T, policy_);
-  act_buffer_ = DeviceBuffer<F>(activation_elements(config_, B, T, policy_) - stats, MemCategory::kActivations,
-                                tracker_);
+  const std::size_t stats = gpu_stat_elements(config_, B, T, policy_, attention_);
+  act_buffer_ = DeviceBuffer<F>(activation_elements(config_, B, T, policy_, ModelSlice{}, attention_) - stats,
+                                MemCategory::kActivations, tracker_);
   stat_buffer_ = DeviceBuffer<float>(stats, MemCategory::kActivations, tracker_);
   assign_activations(B, T);
 
-  scratch_buffer_ = DeviceBuffer<F>(8 * BTC + config_.num_heads * TT, MemCategory::kWorkspace, tracker_);
+  const std::size_t datt = flash ? 0 : config_.num_heads * TT;  // attention_scratch_elements(T, NH)
+  scratch_buffer_ = DeviceBuffer<F>(8 * BTC + datt, MemCategory::kWorkspace, tracker_);
   Carver<F> s(scratch_buffer_.data(), scratch_buffer_.size());
   scratch_.proj = s.take(BTC);
   scratch_.dbtc = s.take(BTC);
   scratch_.dwide = s.take(4 * BTC);
-  scratch_.datt = s.take(config_.num_heads * TT);  // attention_scratch_elements(T, NH)
+  scratch_.datt = flash ? nullptr : s.take(datt);
   dres_ = s.take(BTC);
   dlnf_ = s.take(BTC);
   tokens_ = DeviceBuffer<int>(BT, MemCategory::kWorkspace, tracker_);
@@ -81,16 +95,22 @@ void GpuGPT<F>::assign_activations(int B, int T) {
   acts_.B = B;
   acts_.T = T;
   acts_.policy = policy_;
+  acts_attention_ = attention_;
   acts_.encoded = p.take(BTC);
   acts_.boundaries.assign(1, acts_.encoded);
   // As the CPU model lays them out (model/gpt.cpp): boundaries and the output with segments,
   // then the slots; selective shares one att buffer.
   for (int seg = 1; seg < segment_count(policy_, L); ++seg) acts_.boundaries.push_back(p.take(BTC));
   if (has_segments(policy_)) acts_.final_input = p.take(BTC);
-  const bool own_att = policy_.kind != Kind::kSelective;
+  const bool flash = attention_ == AttentionKind::kFlash;
+  const bool own_att = policy_.kind != Kind::kSelective && !flash;
   acts_.blocks.resize(activation_slots(policy_, L));
-  for (auto& b : acts_.blocks) carve_block_acts(b, p, q, B, T, C, NH, own_att);
-  if (!own_att) {
+  for (auto& b : acts_.blocks) {
+    carve_block_acts(b, p, q, B, T, C, NH, own_att);
+    // Flash: the log-sum-exp in fp32 where the CPU block keeps lse (after its values).
+    b.lse = flash ? q.take(static_cast<std::size_t>(NH) * BT) : nullptr;
+  }
+  if (policy_.kind == Kind::kSelective) {
     F* shared_att = p.take(static_cast<std::size_t>(NH) * BT * T);
     for (auto& b : acts_.blocks) b.att = shared_att;
   }
@@ -154,14 +174,14 @@ void GpuGPT<F>::zero_grad() {
 template <typename F>
 void GpuGPT<F>::forward_block(int l, int slot, ActPlace x) {
   gpu_block_forward(acts_.blocks[slot], w_.blocks[l], place(x), scratch_, acts_.B, acts_.T, config_.channels,
-                    config_.num_heads, blas_);
+                    config_.num_heads, attention_, blas_);
   ++block_forwards_;
 }
 
 template <typename F>
 void GpuGPT<F>::backward_block(int l, int slot, ActPlace x) {
   gpu_block_backward(dres_, g_.blocks[l], acts_.blocks[slot], w_.blocks[l], place(x), scratch_, acts_.B, acts_.T,
-                     config_.channels, config_.num_heads, blas_);
+                     config_.channels, config_.num_heads, attention_, blas_);
   notify_grads_ready(block_offsets_[l]);  // after this block's kernels are enqueued
 }
 

@@ -17,9 +17,11 @@
 #include "kernels/core/device.hpp"
 #include "kernels/core/device_buffer.hpp"
 #include "kernels/model/gpu_block.hpp"
+#include "model/attention_block.hpp"
 #include "model/block_walk.hpp"
 #include "model/checkpoint_policy.hpp"
 #include "model/config.hpp"
+#include "model/layers/attention_kind.hpp"
 #include "model/params.hpp"
 
 namespace scalelab::cuda {
@@ -48,8 +50,10 @@ struct GpuActivations {
 };
 
 // fp32 elements among the saved activations (LayerNorm statistics and losses) under a policy:
-// 4 BT per block slot + 3 BT. The rest of activation_elements() is stored as F.
-std::size_t gpu_stat_elements(const GPTConfig& config, int B, int T, const CheckpointPolicy& policy);
+// 4 BT per block slot + 3 BT, and with flash attention NH B T more per slot (the log-sum-exp).
+// The rest of activation_elements() (for the same attention kind) is stored as F.
+std::size_t gpu_stat_elements(const GPTConfig& config, int B, int T, const CheckpointPolicy& policy,
+                              AttentionKind attention = AttentionKind::kNaive);
 
 // The blocks run through the one walk of model/block_walk.cpp; the model is its BlockRunner
 // (privately: only forward and backward drive it), enqueuing each block's kernels.
@@ -77,11 +81,21 @@ class GpuGPT : private BlockRunner {
   void backward(float loss_scale = 1.0f);
   void zero_grad();
 
-  // Stage 02: every policy of model/checkpoint_policy.hpp, as the CPU model does it.
-  void set_checkpoint_policy(const CheckpointPolicy& policy) { policy_ = policy; }
+  // Stage 02: every policy of model/checkpoint_policy.hpp, as the CPU model does it. Selective
+  // with flash attention is refused, as on the CPU (check_attention_policy).
+  void set_checkpoint_policy(const CheckpointPolicy& policy) {
+    check_attention_policy(attention_, policy);
+    policy_ = policy;
+  }
   const CheckpointPolicy& checkpoint_policy() const { return policy_; }
   std::size_t block_forward_count() const { return block_forwards_; }
   std::size_t attention_recompute_count() const { return attention_recomputes_; }
+
+  // Stage 08: naive (the (B,NH,T,T) probabilities saved) or flash (kernels/layers/
+  // attention_flash.hpp: only the fp32 log-sum-exp saved). chunked is the CPU's teaching step
+  // between the two and has no kernel: refused with a ConfigError naming --attention.
+  void set_attention(AttentionKind kind);
+  AttentionKind attention() const { return attention_; }
 
   // Stage 04: GPTModel::set_grad_ready_hook's notifications, at the same points and in the same
   // order (ln_f, each block from the last, the embeddings with offset 0). The hook runs on the
@@ -128,6 +142,8 @@ class GpuGPT : private BlockRunner {
   F* dlnf_ = nullptr;                // (B,T,C)
   bool probs_hold_dlogits_ = false;  // backward already ran for the last forward
   CheckpointPolicy policy_;
+  AttentionKind attention_ = AttentionKind::kNaive;
+  AttentionKind acts_attention_ = AttentionKind::kNaive;  // the kind the buffers were laid out for
   std::size_t block_forwards_ = 0;
   std::size_t attention_recomputes_ = 0;
   std::function<void(std::size_t)> grad_ready_hook_;

@@ -43,6 +43,8 @@ class GpuTrainModel final : public TrainModel {
   void backward(double loss_scale) override { gpt_.backward(static_cast<float>(loss_scale)); }
   void zero_grad() override { gpt_.zero_grad(); }
   void set_checkpoint_policy(const CheckpointPolicy& policy) override { gpt_.set_checkpoint_policy(policy); }
+  // Stage 08: naive or flash (GpuGPT::set_attention), in every precision.
+  void set_attention(AttentionKind kind) override { gpt_.set_attention(kind); }
   void init_weights(std::uint64_t seed) override;
   // A host copy of the fp32 parameters (fp32: the model's own; mixed: the master weights), made
   // on each call: valid until the next call.

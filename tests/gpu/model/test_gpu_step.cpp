@@ -263,20 +263,89 @@ TEST_CASE("Trainer with --device cuda follows the CPU run (accumulation, checkpo
     Rng rng(3);
     for (int i = 0; i < 20000; ++i) f << static_cast<char>(' ' + rng.below(32));
   }
-  MemoryTracker cm, gm;
-  Trainer cpu(o, &cm);
-  o.device = "cuda";
-  Trainer gpu(o, &gm, [](const GPTConfig& c, const std::string& p, MemoryTracker* t) {
-    return cuda::make_gpu_train_model(c, p, t);
-  });
-  for (int i = 0; i < o.steps; ++i) {
-    const StepStats a = cpu.step(), g = gpu.step();
-    INFO("step " << i << ": loss CPU " << a.loss << ", GPU " << g.loss);
-    CHECK(relative(g.loss, a.loss) <= 1e-4);
+  for (const char* attention : {"naive", "flash"}) {  // stage 08: the same with flash attention
+    o.attention = attention;
+    o.device = "cpu";
+    MemoryTracker cm, gm;
+    Trainer cpu(o, &cm);
+    o.device = "cuda";
+    Trainer gpu(o, &gm, [](const GPTConfig& c, const std::string& p, MemoryTracker* t) {
+      return cuda::make_gpu_train_model(c, p, t);
+    });
+    for (int i = 0; i < o.steps; ++i) {
+      const StepStats a = cpu.step(), g = gpu.step();
+      INFO("attention " << attention << ", step " << i << ": loss CPU " << a.loss << ", GPU " << g.loss);
+      CHECK(relative(g.loss, a.loss) <= 1e-4);
+    }
+    // The checkpoint reads the device's m and v through the mirror.
+    const TrainCheckpoint cc = cpu.checkpoint(), gc = gpu.checkpoint();
+    CHECK(tensor_error(gc.adam_v.data(), cc.adam_v.data(), cc.adam_v.size()) <= 1e-3);
+    CHECK(gm.peak(MemCategory::kOptimizer) == cm.peak(MemCategory::kOptimizer));
   }
-  // The checkpoint reads the device's m and v through the mirror.
-  const TrainCheckpoint cc = cpu.checkpoint(), gc = gpu.checkpoint();
-  CHECK(tensor_error(gc.adam_v.data(), cc.adam_v.data(), cc.adam_v.size()) <= 1e-3);
-  CHECK(gm.peak(MemCategory::kOptimizer) == cm.peak(MemCategory::kOptimizer));
   std::remove(text_path.c_str());
+}
+
+// Stage 08 on the GPU: flash attention in the model (kernels/layers/attention_flash.hpp).
+TEST_CASE("GPU fp32 GPT with flash attention equals the CPU's flash model", "[gpu][model][flash]") {
+  const GPTConfig c = gpt_config_by_name("tiny");
+  Fp32TrainModel cpu(c, nullptr);
+  GpuTrainModel<float> gpu(c, nullptr);
+  cpu.set_attention(AttentionKind::kFlash);
+  gpu.set_attention(AttentionKind::kFlash);
+  compare_with_cpu(cpu, [&cpu] { return std::vector<float>(cpu.gpt().grads(), cpu.gpt().grads() + cpu.num_params()); },
+                   gpu, {.loss = 1e-5, .grads = 1e-4, .params = 1e-3});
+}
+
+TEST_CASE("GPU bf16 GPT with flash attention: within bf16 rounding of the CPU's mixed model", "[gpu][model][flash]") {
+  // The CPU's mixed model runs the naive attention: the two differ by the order of the softmax's
+  // sums and by P and dS rounded to bf16 before their products, well inside the bf16 tolerances.
+  const GPTConfig c = gpt_config_by_name("tiny");
+  MixedPrecisionModel cpu(c, HalfFormat::kBF16, nullptr);
+  GpuTrainModel<cuda::bf16> gpu(c, nullptr);
+  gpu.set_attention(AttentionKind::kFlash);
+  compare_with_cpu(cpu, [&cpu] { return cpu.grads_as_float(); }, gpu, {.loss = 1e-2, .grads = 3e-2, .params = 0.2});
+}
+
+TEST_CASE("GPU flash attention: activation bytes equal the formula, the (T,T) probabilities gone",
+          "[gpu][model][flash][memory]") {
+  const GPTConfig c = gpt_config_by_name("tiny");
+  const Batch b = random_batch(c.vocab_size, 2);
+  const std::size_t BT = static_cast<std::size_t>(kB) * kT;
+  for (const char* precision : {"fp32", "bf16"}) {
+    for (const char* policy : {"none", "sqrt"}) {
+      const CheckpointPolicy p = CheckpointPolicy::parse(policy);
+      std::size_t peak[2] = {0, 0};
+      for (AttentionKind kind : {AttentionKind::kNaive, AttentionKind::kFlash}) {
+        MemoryTracker gm;
+        std::unique_ptr<TrainModel> gpu = cuda::make_gpu_train_model(c, precision, &gm);
+        gpu->set_checkpoint_policy(p);
+        gpu->set_attention(kind);
+        gpu->init_weights(3);
+        gpu->forward(b.tokens.data(), b.targets.data(), kB, kT);
+        gpu->backward(1.0);
+        const std::size_t width = std::string(precision) == "fp32" ? 4 : 2;
+        const std::size_t stats = cuda::gpu_stat_elements(c, kB, kT, p, kind);
+        const std::size_t want = (activation_elements(c, kB, kT, p, ModelSlice{}, kind) - stats) * width + stats * 4;
+        INFO(precision << ", checkpoint " << policy << ", attention " << attention_kind_name(kind) << "\n"
+                       << gm.report());
+        CHECK(gm.peak(MemCategory::kActivations) == want);
+        peak[kind == AttentionKind::kFlash] = gm.peak(MemCategory::kActivations);
+      }
+      // Per block slot: NH B T T probabilities of F out, NH B T log-sum-exps of fp32 in.
+      const std::size_t slots = activation_slots(p, c.num_layers), width = std::string(precision) == "fp32" ? 4 : 2;
+      const std::size_t per_slot = static_cast<std::size_t>(c.num_heads) * BT;
+      INFO(precision << ", checkpoint " << policy << ": naive " << peak[0] << " bytes, flash " << peak[1]);
+      CHECK(peak[0] - peak[1] == slots * (per_slot * kT * width - per_slot * 4));
+    }
+  }
+}
+
+TEST_CASE("GPU attention choices that have no kernel are refused by name", "[gpu][model][flash]") {
+  const GPTConfig c = gpt_config_by_name("tiny");
+  GpuTrainModel<float> gpu(c, nullptr);
+  CHECK_THROWS_WITH(gpu.set_attention(AttentionKind::kChunked),
+                    Catch::Contains("--attention chunked") && Catch::Contains("--attention flash"));
+  gpu.set_attention(AttentionKind::kFlash);
+  CHECK_THROWS_WITH(gpu.set_checkpoint_policy(CheckpointPolicy::parse("selective")),
+                    Catch::Contains("--checkpoint") && Catch::Contains("--attention"));
 }
