@@ -72,12 +72,13 @@ std::vector<KernelRow> bench_layers(const BenchShape& shape, const BenchOptions&
     auto out = empty_buffer<F>(NC), dout = random_buffer<F>(NC, 24), dinp = random_buffer<F>(NC, 25);
     auto dw = random_buffer<F>(C, 26), db = random_buffer<F>(C, 27);
     auto mean = empty_buffer<float>(N), rstd = empty_buffer<float>(N);
+    auto ln_scratch = empty_buffer<float>(layernorm_backward_scratch_elements(C));
     r.memory("layernorm", "forward", 2.0 * NC * s + 2.0 * C * s + 8.0 * N, [&] {
       layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C, st);
     });
     r.memory("layernorm", "backward", 4.0 * NC * s + 5.0 * C * s + 8.0 * N, [&] {
-      layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), mean.data(), rstd.data(),
-                         N, C, st);
+      layernorm_backward(dinp.data(), dw.data(), db.data(), ln_scratch.data(), dout.data(), inp.data(), w.data(),
+                         mean.data(), rstd.data(), N, C, st);
     });
   }
   // The five linear layers of GPT-2 (per block: qkv, attention projection, fc, fc projection;

@@ -6,13 +6,26 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
+
 namespace scalelab::cuda {
 // out (N,C); mean, rstd (N) fp32; inp (N,C); weight, bias (C). N = B*T rows.
 template <typename F>
 void layernorm_forward(F* out, float* mean, float* rstd, const F* inp, const F* weight, const F* bias, int N, int C,
                        cudaStream_t stream);
-// dinp (N,C) +=; dweight, dbias (C) +=; dout (N,C). Deterministic: each sum has a fixed order.
+// dinp (N,C) +=; dweight, dbias (C) +=; dout (N,C); scratch: layernorm_backward_scratch_elements(C)
+// fp32 values of workspace (the per-chunk partial sums of dweight and dbias). Deterministic: each
+// sum has a fixed order for a given N.
 template <typename F>
-void layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight, const float* mean,
-                        const float* rstd, int N, int C, cudaStream_t stream);
+void layernorm_backward(F* dinp, F* dweight, F* dbias, float* scratch, const F* dout, const F* inp, const F* weight,
+                        const float* mean, const float* rstd, int N, int C, cudaStream_t stream);
+
+// dweight and dbias are sums over the N rows. One block per 32 channels (as long as the rows are
+// many, N = B*T = 8192 against C/32 = 24 blocks for GPT-2) left most of the GPU idle and each
+// thread waiting on 256 dependent loads; the rows are therefore cut into this many chunks, each
+// block sums one chunk of one channel group, and a second kernel adds the chunks in order.
+constexpr int kLayerNormParamChunks = 64;
+inline std::size_t layernorm_backward_scratch_elements(int C) {
+  return 2 * static_cast<std::size_t>(kLayerNormParamChunks) * static_cast<std::size_t>(C);
+}
 }  // namespace scalelab::cuda

@@ -51,7 +51,8 @@ void gpu_block_backward(F* dres, const BlockView<F>& g, const GpuBlockActs<F>& a
   gelu_backward(s.dwide, s.dwide, a.fch, 4 * NC, st);
   matmul_backward(s.dbtc, g.fc_w, g.fc_b, s.dwide, a.ln2, w.fc_w, N, C, 4 * C, blas);
   // layernorm_backward adds (+=) into dres: residual3's gradient reaches residual2 directly too.
-  layernorm_backward(dres, g.ln2_w, g.ln2_b, s.dbtc, a.residual2, w.ln2_w, a.ln2_mean, a.ln2_rstd, N, C, st);
+  layernorm_backward(dres, g.ln2_w, g.ln2_b, s.ln_partials, s.dbtc, a.residual2, w.ln2_w, a.ln2_mean, a.ln2_rstd, N, C,
+                     st);
   // dres now holds d loss / d residual2. Attention branch, the same way.
   matmul_backward(s.dbtc, g.attproj_w, g.attproj_b, dres, a.atty, w.attproj_w, N, C, C, blas);
   if (attention == AttentionKind::kFlash)  // dqkv (B,T,3C) in dwide
@@ -59,7 +60,7 @@ void gpu_block_backward(F* dres, const BlockView<F>& g, const GpuBlockActs<F>& a
   else
     attention_backward(s.dwide, s.datt, s.dbtc, a.qkv, a.att, B, T, C, NH, blas);
   matmul_backward(s.dbtc, g.qkv_w, g.qkv_b, s.dwide, a.ln1, w.qkv_w, N, C, 3 * C, blas);
-  layernorm_backward(dres, g.ln1_w, g.ln1_b, s.dbtc, x, w.ln1_w, a.ln1_mean, a.ln1_rstd, N, C, st);
+  layernorm_backward(dres, g.ln1_w, g.ln1_b, s.ln_partials, s.dbtc, x, w.ln1_w, a.ln1_mean, a.ln1_rstd, N, C, st);
 }
 
 #define SCALELAB_INSTANTIATE(F)                                                                                       \

@@ -47,11 +47,12 @@ std::size_t gpu_block_stat_elements(int B, int T);
 // Scratch shared by all blocks (workspace, not activations).
 template <typename F>
 struct GpuBlockScratch {
-  F* proj;   // (B,T,C)  projection output before the residual add (forward)
-  F* dbtc;   // (B,T,C)  gradient of ln1/ln2/atty outputs
-  F* dwide;  // (B,T,4C) gradient of fch/fch_gelu, and of qkv (3C of the 4C)
-  F* datt;   // (NH,T,T) attention_backward's score gradients of one batch row (all heads);
-             //          null with flash attention, which needs no workspace
+  F* proj;             // (B,T,C)  projection output before the residual add (forward)
+  F* dbtc;             // (B,T,C)  gradient of ln1/ln2/atty outputs
+  F* dwide;            // (B,T,4C) gradient of fch/fch_gelu, and of qkv (3C of the 4C)
+  F* datt;             // (NH,T,T) attention_backward's score gradients of one batch row (all heads);
+                       //          null with flash attention, which needs no workspace
+  float* ln_partials;  // layernorm_backward_scratch_elements(C): the LayerNorm parameter sums by chunk
 };
 
 // Forward of block `w` on input x (B,T,C); fills `a`. Everything runs on blas.stream().

@@ -47,7 +47,9 @@ GpuGPT<F>::GpuGPT(const GPTConfig& config, MemoryTracker* tracker, const GpuOpti
       grads_(layout_.num_params(), MemCategory::kGrads, tracker),
       w_(device_param_view(layout_, config_.num_layers, params_.data())),
       g_(device_param_view(layout_, config_.num_layers, grads_.data())),
-      loss_(1, MemCategory::kWorkspace, tracker) {
+      loss_(1, MemCategory::kWorkspace, tracker),
+      ln_scratch_(layernorm_backward_scratch_elements(config.channels), MemCategory::kWorkspace, tracker) {
+  scratch_.ln_partials = ln_scratch_.data();
   for (int l = 0; l < config_.num_layers; ++l)
     block_offsets_.push_back(layout_.find("transformer.h." + std::to_string(l) + ".ln_1.weight").offset);
   lnf_offset_ = layout_.find("transformer.ln_f.weight").offset;
@@ -158,8 +160,8 @@ void GpuGPT<F>::backward(float loss_scale) {
   probs_hold_dlogits_ = true;
   matmul_backward<F>(dlnf_, g_.wte, nullptr, dlogits, acts_.lnf, w_.wte, N, C, V, blas_);
   SCALELAB_CUDA_CHECK(cudaMemsetAsync(dres_, 0, static_cast<std::size_t>(N) * C * sizeof(F), st));
-  layernorm_backward(dres_, g_.lnf_w, g_.lnf_b, dlnf_, acts_.final_input, w_.lnf_w, acts_.lnf_mean, acts_.lnf_rstd, N,
-                     C, st);
+  layernorm_backward(dres_, g_.lnf_w, g_.lnf_b, scratch_.ln_partials, dlnf_, acts_.final_input, w_.lnf_w,
+                     acts_.lnf_mean, acts_.lnf_rstd, N, C, st);
   notify_grads_ready(lnf_offset_);  // ln_f's gradient kernels are enqueued
   walk_blocks_backward(*this, policy_);
   encoder_backward(g_.wte, g_.wpe, dres_, tokens_.data(), B, T, C, st);

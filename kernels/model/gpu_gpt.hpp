@@ -136,6 +136,7 @@ class GpuGPT : private BlockRunner {
   DeviceBuffer<F> scratch_buffer_;      // workspace: block scratch, dres, dlnf
   DeviceBuffer<int> tokens_, targets_;  // (B,T) the last forward's batch (workspace)
   DeviceBuffer<float> loss_;            // (1) the mean loss (workspace)
+  DeviceBuffer<float> ln_scratch_;      // the LayerNorm backward's partial sums (workspace)
   GpuActivations<F> acts_;
   GpuBlockScratch<F> scratch_{};
   F* dres_ = nullptr;                // (B,T,C) gradient of the residual stream

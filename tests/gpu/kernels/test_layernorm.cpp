@@ -45,8 +45,10 @@ TEMPLATE_TEST_CASE("layernorm forward and backward match the CPU twin", "[gpu][l
     poison(d_rstd);
     cuda::layernorm_forward(d_out.data(), d_mean.data(), d_rstd.data(), d_inp.data(), d_weight.data(), d_bias.data(), N,
                             C, stream.get());
-    cuda::layernorm_backward(d_dinp.data(), d_dweight.data(), d_dbias.data(), d_dout.data(), d_inp.data(),
-                             d_weight.data(), d_mean.data(), d_rstd.data(), N, C, stream.get());
+    DeviceBuffer<float> d_scratch(cuda::layernorm_backward_scratch_elements(C), MemCategory::kWorkspace, nullptr);
+    poison(d_scratch);  // scratch must be written before it is read
+    cuda::layernorm_backward(d_dinp.data(), d_dweight.data(), d_dbias.data(), d_scratch.data(), d_dout.data(),
+                             d_inp.data(), d_weight.data(), d_mean.data(), d_rstd.data(), N, C, stream.get());
     stream.synchronize();
 
     std::vector<float> out(NC), mean(N), rstd(N);
