@@ -11,8 +11,10 @@ namespace scalelab::cuda {
 // Only the first OC columns of each row of out are written. The bias is written into out first
 // and the product added to it by cuBLAS (beta = 1), so in bf16/fp16 the sum is rounded once.
 // A row stride above OC is for the LM head (kernels/model/gpu_gpt.hpp): with V = 50257 the
-// logits' rows are an odd number of elements apart, which misaligns cuBLAS's output; a stride
-// that is a multiple of 128 lets it use its aligned (tensor-core friendly) kernels.
+// logits' rows would be an odd number of elements apart, which misaligns cuBLAS's output. With
+// aligned rows (ld_out a multiple of 8) and OC not a multiple of 8, the products are split into
+// the aligned bulk of the OC columns and the few left over (matmul.cu says why): in fp32 the
+// sums' order changes only in dinp's sum over OC, in bf16/fp16 dinp is also rounded twice.
 template <typename F>
 void matmul_forward(F* out, const F* inp, const F* weight, const F* bias, int N, int C, int OC, int ld_out,
                     const Blas& blas);

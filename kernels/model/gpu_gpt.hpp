@@ -10,10 +10,12 @@
 //
 // The LM head's padding. The logits (then probabilities, then their gradient) are (B,T,V) with
 // rows Vp = padded_vocab() elements apart, V rounded up to a multiple of 128 (GPT-2: 50257 ->
-// 50304). With V odd, cuBLAS's leading dimension of the head's output (forward) and of dlogits
-// (backward) is misaligned and it falls back to slow kernels (12-16% of the bf16 GEMM ceiling on
-// an H100). Only the first V columns of a row are ever written or read: the parameters (wte
-// stays (V,C)), gradients, checkpoints and the loss are those of the unpadded model.
+// 50304). With V odd, cuBLAS's half-precision head ran at 12-17% of the bf16 GEMM ceiling on an
+// H100: its leading dimension (the logits' rows) is misaligned, and the product has an odd
+// number of columns. Aligned rows let matmul_forward/backward split the product into the first
+// V rounded down to 8 columns and the rest (kernels/layers/matmul.cu). Only the first V columns
+// of a row are ever written or read: the parameters (wte stays (V,C)), gradients, checkpoints
+// and the loss are those of the unpadded model.
 // The padding, B T (Vp - V) elements of F, is counted under kActivations: it is part of the
 // probs buffer that forward saves for backward, allocated and freed with the other activations,
 // and it grows with B and T as they do. So the GPU's activation bytes are the CPU's formula plus

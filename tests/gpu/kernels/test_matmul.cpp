@@ -32,8 +32,9 @@ TEMPLATE_TEST_CASE("matmul forward and backward match the CPU twin", "[gpu][matm
       // Contiguous rows of out and dout (ld = OC), then rows further apart (the LM head's padded
       // logits, kernels/model/gpu_gpt.hpp) with NaN in dout's padding and out's: the padding is
       // neither read (NaN would reach dinp, dweight and dbias) nor written (out's stays NaN).
-      // Not compared bitwise with the contiguous call: the stride changes the alignment cuBLAS
-      // sees, which is why the model pads, and with it the kernel and its order of sums.
+      // With OC not a multiple of 8 (65, 33, 257) the aligned rows also make matmul split the
+      // products at OC rounded down to 8 (matmul.cu). Not compared bitwise with the contiguous
+      // call: the stride and the split change cuBLAS's kernels and so the order of the sums.
       for (bool padded : {false, true}) {
         const int ld = padded ? padded_stride(OC) : OC;
         const std::string label = std::string("matmul ") + dtype_name<F>() + " N=" + std::to_string(N) +
