@@ -20,7 +20,9 @@
 namespace scalelab::cuda {
 
 struct BenchShape {
-  int B = 8, T = 1024, C = 768, NH = 12, V = 50257, L = 12;  // GPT-2 124M (V is not padded here)
+  // GPT-2 124M. V is the vocabulary (the parameters' size); the LM head and cross-entropy rows
+  // run with the logits' rows padded to a multiple of 128 as the model does (gpu_padded_vocab).
+  int B = 8, T = 1024, C = 768, NH = 12, V = 50257, L = 12;
   // Parameters of the whole model: V C + T C (embeddings) + L (12 C^2 + 13 C) (blocks) + 2 C (ln_f).
   std::size_t num_params() const;
 };

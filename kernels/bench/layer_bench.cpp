@@ -2,6 +2,7 @@
 // byte and flop counts mean). Each layer's buffers live only in its own block, so the largest
 // (cross-entropy's N x V logits) never coexist with the others.
 #include <set>
+#include <string>
 
 #include "core/rng.hpp"
 #include "kernels/bench/kernel_bench.hpp"
@@ -16,6 +17,7 @@
 #include "kernels/layers/layernorm.hpp"
 #include "kernels/layers/matmul.hpp"
 #include "kernels/layers/residual.hpp"
+#include "kernels/model/gpu_gpt.hpp"
 
 namespace scalelab::cuda {
 
@@ -82,26 +84,31 @@ std::vector<KernelRow> bench_layers(const BenchShape& shape, const BenchOptions&
     });
   }
   // The five linear layers of GPT-2 (per block: qkv, attention projection, fc, fc projection;
-  // then the tied LM head, without a bias).
-  auto bench_matmul = [&](const std::string& name, int in, int oc, bool with_bias, std::uint64_t seed) {
-    const std::size_t n_in = static_cast<std::size_t>(N) * in, n_out = static_cast<std::size_t>(N) * oc;
+  // then the tied LM head, without a bias). The output's rows are ld >= oc elements apart.
+  auto bench_matmul = [&](const std::string& name, int in, int oc, int ld, bool with_bias, std::uint64_t seed) {
+    const std::size_t n_in = static_cast<std::size_t>(N) * in, n_out = static_cast<std::size_t>(N) * ld;
     auto inp = random_buffer<F>(n_in, seed), w = random_buffer<F>(static_cast<std::size_t>(oc) * in, seed + 1);
     auto bias = random_buffer<F>(oc, seed + 2), out = empty_buffer<F>(n_out), dout = random_buffer<F>(n_out, seed + 3);
     auto dinp = empty_buffer<F>(n_in), dw = random_buffer<F>(w.size(), seed + 4), db = random_buffer<F>(oc, seed + 5);
     const double flops = 2.0 * N * in * static_cast<double>(oc);
     r.compute("matmul " + name, "forward", flops, [&] {
-      matmul_forward(out.data(), inp.data(), w.data(), with_bias ? bias.data() : nullptr, N, in, oc, blas);
+      matmul_forward(out.data(), inp.data(), w.data(), with_bias ? bias.data() : nullptr, N, in, oc, ld, blas);
     });
     r.compute("matmul " + name, "backward", 2 * flops, [&] {  // dinp and dweight: two products
       matmul_backward(dinp.data(), dw.data(), with_bias ? db.data() : nullptr, dout.data(), inp.data(), w.data(), N, in,
-                      oc, blas);
+                      oc, ld, blas);
     });
   };
-  bench_matmul("qkv (C->3C)", C, 3 * C, true, 31);
-  bench_matmul("attn proj (C->C)", C, C, true, 37);
-  bench_matmul("fc (C->4C)", C, 4 * C, true, 43);
-  bench_matmul("fc proj (4C->C)", 4 * C, C, true, 49);
-  bench_matmul("lm head (C->V)", C, V, false, 55);
+  bench_matmul("qkv (C->3C)", C, 3 * C, 3 * C, true, 31);
+  bench_matmul("attn proj (C->C)", C, C, C, true, 37);
+  bench_matmul("fc (C->4C)", C, 4 * C, 4 * C, true, 43);
+  bench_matmul("fc proj (4C->C)", 4 * C, C, C, true, 49);
+  // The LM head as the model runs it (kernels/model/gpu_gpt.hpp): V columns of logits in rows Vp
+  // apart, V rounded up to a multiple of 128. The unpadded row (rows V apart, misaligned for
+  // cuBLAS when V is odd) is the before of that change: one run shows both.
+  const int Vp = gpu_padded_vocab(V);
+  bench_matmul("lm head (C->V, rows Vp=" + std::to_string(Vp) + " apart)", C, V, Vp, false, 55);
+  bench_matmul("lm head (C->V, unpadded: rows V=" + std::to_string(V) + " apart)", C, V, V, false, 55);
   {  // attention
     const std::size_t n_att = static_cast<std::size_t>(B) * NH * T * T;
     auto qkv = random_buffer<F>(3 * NC, 61), out = empty_buffer<F>(NC), att = empty_buffer<F>(n_att);
@@ -137,16 +144,16 @@ std::vector<KernelRow> bench_layers(const BenchShape& shape, const BenchOptions&
     r.memory("residual", "backward", 5.0 * NC * s,
              [&] { residual_backward(da.data(), db.data(), dout.data(), NC, st); });
   }
-  {  // cross-entropy over (N, V)
-    const std::size_t NV = static_cast<std::size_t>(N) * V;
+  {  // cross-entropy over (N, V), rows Vp apart as in the model; the bytes are the N V it touches
+    const std::size_t NV = static_cast<std::size_t>(N) * V, NVp = static_cast<std::size_t>(N) * Vp;
     std::size_t unused = 0;
     DeviceBuffer<int> targets = random_tokens(N, V, 91, &unused);
-    auto logits = random_buffer<F>(NV, 92, 0.05f, 4.0f), probs = empty_buffer<F>(NV), dlogits = empty_buffer<F>(NV);
+    auto logits = random_buffer<F>(NVp, 92, 0.05f, 4.0f), probs = empty_buffer<F>(NVp), dlogits = empty_buffer<F>(NVp);
     auto losses = empty_buffer<float>(N);
     r.memory("crossentropy", "forward", 2.0 * NV * s + 8.0 * N,
-             [&] { crossentropy_forward(probs.data(), losses.data(), logits.data(), targets.data(), N, V, st); });
+             [&] { crossentropy_forward(probs.data(), losses.data(), logits.data(), targets.data(), N, V, Vp, st); });
     r.memory("crossentropy", "backward", 2.0 * NV * s + 4.0 * N,
-             [&] { crossentropy_backward(dlogits.data(), probs.data(), targets.data(), 1.0f / N, N, V, st); });
+             [&] { crossentropy_backward(dlogits.data(), probs.data(), targets.data(), 1.0f / N, N, V, Vp, st); });
   }
   return r.take();
 }

@@ -11,9 +11,10 @@ namespace {
 constexpr int kRowThreads = 512;
 
 template <typename F>
-__global__ void crossentropy_forward_kernel(F* probs, float* losses, const F* logits, const int* targets, int V) {
+__global__ void crossentropy_forward_kernel(F* probs, float* losses, const F* logits, const int* targets, int V,
+                                            int ld) {
   __shared__ float shared[32];
-  const std::size_t off = static_cast<std::size_t>(blockIdx.x) * V;
+  const std::size_t off = static_cast<std::size_t>(blockIdx.x) * ld;
   const F* z = logits + off;
   F* p = probs + off;
   // Read the target's logit before probs (which may alias the logits) is written; the
@@ -31,16 +32,18 @@ __global__ void crossentropy_forward_kernel(F* probs, float* losses, const F* lo
   if (threadIdx.x == 0) losses[blockIdx.x] = logf(sum) - (target_logit - maxv);
 }
 
+// idx runs over the N V valid elements; (i, j) is its place in rows ld apart.
 template <typename F>
-__global__ void crossentropy_backward_kernel(F* dlogits, const F* probs, const int* targets, float dloss, int V,
+__global__ void crossentropy_backward_kernel(F* dlogits, const F* probs, const int* targets, float dloss, int V, int ld,
                                              std::size_t n) {
   for (std::size_t idx = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; idx < n;
        idx += std::size_t(gridDim.x) * blockDim.x) {
     const std::size_t i = idx / V;
     const int j = static_cast<int>(idx % V);
-    float d = to_float(probs[idx]) * dloss;
+    const std::size_t at = i * ld + j;
+    float d = to_float(probs[at]) * dloss;
     if (j == targets[i]) d -= dloss;
-    dlogits[idx] = from_float<F>(d);
+    dlogits[at] = from_float<F>(d);
   }
 }
 
@@ -55,19 +58,21 @@ __global__ void mean_loss_kernel(float* mean, const float* losses, int N) {
 }  // namespace
 
 template <typename F>
-void crossentropy_forward(F* probs, float* losses, const F* logits, const int* targets, int N, int V,
+void crossentropy_forward(F* probs, float* losses, const F* logits, const int* targets, int N, int V, int ld,
                           cudaStream_t stream) {
+  SCALELAB_CHECK(ld >= V, "crossentropy_forward: rows ", ld, " apart, fewer than V = ", V);
   if (N <= 0) return;
-  crossentropy_forward_kernel<<<N, kRowThreads, 0, stream>>>(probs, losses, logits, targets, V);
+  crossentropy_forward_kernel<<<N, kRowThreads, 0, stream>>>(probs, losses, logits, targets, V, ld);
   SCALELAB_CUDA_LAUNCH_CHECK();
 }
 
 template <typename F>
-void crossentropy_backward(F* dlogits, const F* probs, const int* targets, float dloss, int N, int V,
+void crossentropy_backward(F* dlogits, const F* probs, const int* targets, float dloss, int N, int V, int ld,
                            cudaStream_t stream) {
+  SCALELAB_CHECK(ld >= V, "crossentropy_backward: rows ", ld, " apart, fewer than V = ", V);
   const std::size_t n = static_cast<std::size_t>(N) * V;
   if (n == 0) return;
-  crossentropy_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dlogits, probs, targets, dloss, V, n);
+  crossentropy_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dlogits, probs, targets, dloss, V, ld, n);
   SCALELAB_CUDA_LAUNCH_CHECK();
 }
 
@@ -77,9 +82,9 @@ void mean_loss(float* mean, const float* losses, int N, cudaStream_t stream) {
   SCALELAB_CUDA_LAUNCH_CHECK();
 }
 
-#define SCALELAB_INSTANTIATE(F)                                                                    \
-  template void crossentropy_forward<F>(F*, float*, const F*, const int*, int, int, cudaStream_t); \
-  template void crossentropy_backward<F>(F*, const F*, const int*, float, int, int, cudaStream_t);
+#define SCALELAB_INSTANTIATE(F)                                                                         \
+  template void crossentropy_forward<F>(F*, float*, const F*, const int*, int, int, int, cudaStream_t); \
+  template void crossentropy_backward<F>(F*, const F*, const int*, float, int, int, int, cudaStream_t);
 SCALELAB_FOR_EACH_DTYPE(SCALELAB_INSTANTIATE)
 #undef SCALELAB_INSTANTIATE
 

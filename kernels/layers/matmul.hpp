@@ -7,14 +7,32 @@
 #include "kernels/core/blas.hpp"
 
 namespace scalelab::cuda {
-// out (N,OC); inp (N,C); weight (OC,C); bias (OC) or nullptr.
-// The bias is written into out first and the product added to it by cuBLAS (beta = 1), so in
-// bf16/fp16 the sum is rounded once.
+// out (N,OC) with rows ld_out >= OC elements apart; inp (N,C); weight (OC,C); bias (OC) or nullptr.
+// Only the first OC columns of each row of out are written. The bias is written into out first
+// and the product added to it by cuBLAS (beta = 1), so in bf16/fp16 the sum is rounded once.
+// A row stride above OC is for the LM head (kernels/model/gpu_gpt.hpp): with V = 50257 the
+// logits' rows would be an odd number of elements apart, which misaligns cuBLAS's output. With
+// aligned rows (ld_out a multiple of 8) and OC not a multiple of 8, the products are split into
+// the aligned bulk of the OC columns and the few left over (matmul.cu says why): in fp32 the
+// sums' order changes only in dinp's sum over OC, in bf16/fp16 dinp is also rounded twice.
 template <typename F>
-void matmul_forward(F* out, const F* inp, const F* weight, const F* bias, int N, int C, int OC, const Blas& blas);
-// dinp (N,C) = (written); dweight (OC,C) +=; dbias (OC) += unless nullptr; dout (N,OC).
+void matmul_forward(F* out, const F* inp, const F* weight, const F* bias, int N, int C, int OC, int ld_out,
+                    const Blas& blas);
+// dinp (N,C) = (written); dweight (OC,C) +=; dbias (OC) += unless nullptr; dout (N,OC) with rows
+// ld_out >= OC elements apart, of which only the first OC columns are read.
 // dbias is a column sum with a fixed order (deterministic), like layernorm's parameter sums.
 template <typename F>
 void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight, int N, int C, int OC,
-                     const Blas& blas);
+                     int ld_out, const Blas& blas);
+
+// The same with contiguous rows (ld_out = OC): every layer but the LM head.
+template <typename F>
+void matmul_forward(F* out, const F* inp, const F* weight, const F* bias, int N, int C, int OC, const Blas& blas) {
+  matmul_forward(out, inp, weight, bias, N, C, OC, OC, blas);
+}
+template <typename F>
+void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight, int N, int C, int OC,
+                     const Blas& blas) {
+  matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC, OC, blas);
+}
 }  // namespace scalelab::cuda

@@ -37,6 +37,10 @@ void GpuGPT<F>::set_attention(AttentionKind kind) {
   attention_ = kind;
 }
 
+std::size_t gpu_logits_padding_elements(const GPTConfig& c, int B, int T) {
+  return static_cast<std::size_t>(B) * T * (gpu_padded_vocab(c.vocab_size) - c.vocab_size);
+}
+
 template <typename F>
 GpuGPT<F>::GpuGPT(const GPTConfig& config, MemoryTracker* tracker, const GpuOptions& options)
     : config_(config),
@@ -69,8 +73,9 @@ void GpuGPT<F>::ensure_buffers(int B, int T) {
   tokens_ = DeviceBuffer<int>();
   targets_ = DeviceBuffer<int>();
   const std::size_t stats = gpu_stat_elements(config_, B, T, policy_, attention_);
-  act_buffer_ = DeviceBuffer<F>(activation_elements(config_, B, T, policy_, ModelSlice{}, attention_) - stats,
-                                MemCategory::kActivations, tracker_);
+  const std::size_t values = activation_elements(config_, B, T, policy_, ModelSlice{}, attention_) - stats +
+                             gpu_logits_padding_elements(config_, B, T);
+  act_buffer_ = DeviceBuffer<F>(values, MemCategory::kActivations, tracker_);
   stat_buffer_ = DeviceBuffer<float>(stats, MemCategory::kActivations, tracker_);
   assign_activations(B, T);
 
@@ -90,7 +95,7 @@ void GpuGPT<F>::ensure_buffers(int B, int T) {
 template <typename F>
 void GpuGPT<F>::assign_activations(int B, int T) {
   using Kind = CheckpointPolicy::Kind;
-  const int C = config_.channels, V = config_.vocab_size, L = config_.num_layers, NH = config_.num_heads;
+  const int C = config_.channels, L = config_.num_layers, NH = config_.num_heads;
   const std::size_t BT = static_cast<std::size_t>(B) * T, BTC = BT * C;
   Carver<F> p(act_buffer_.data(), act_buffer_.size());
   Carver<float> q(stat_buffer_.data(), stat_buffer_.size());
@@ -117,14 +122,14 @@ void GpuGPT<F>::assign_activations(int B, int T) {
     for (auto& b : acts_.blocks) b.att = shared_att;
   }
   if (!has_segments(policy_)) acts_.final_input = acts_.blocks.back().residual3;
-  carve_head_acts(acts_, p, q, B, T, C, V);
+  carve_head_acts(acts_, p, q, B, T, C, padded_vocab());  // probs (B,T,V) with rows Vp apart: B T Vp elements
   SCALELAB_CHECK(p.used_all(), "activation layout does not add up");
   SCALELAB_CHECK(q.used_all(), "statistics layout does not add up");
 }
 
 template <typename F>
 double GpuGPT<F>::forward(const int* tokens, const int* targets, int B, int T) {
-  const int C = config_.channels, V = config_.vocab_size;
+  const int C = config_.channels, V = config_.vocab_size, Vp = padded_vocab();
   check_batch(config_, tokens, targets, B, T);  // a kernel cannot throw: ids are checked on the host
   const std::size_t BT = static_cast<std::size_t>(B) * T;
   ensure_buffers(B, T);
@@ -137,8 +142,9 @@ double GpuGPT<F>::forward(const int* tokens, const int* targets, int B, int T) {
   encoder_forward(acts_.encoded, tokens_.data(), w_.wte, w_.wpe, B, T, C, st);
   walk_blocks_forward(*this, policy_);
   layernorm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, acts_.final_input, w_.lnf_w, w_.lnf_b, N, C, st);
-  matmul_forward<F>(acts_.probs, acts_.lnf, w_.wte, nullptr, N, C, V, blas_);               // logits (B,T,V)
-  crossentropy_forward(acts_.probs, acts_.losses, acts_.probs, targets_.data(), N, V, st);  // in place
+  // logits (B,T,V), rows Vp apart: the V rows of wte (V,C), written with an aligned leading dimension
+  matmul_forward<F>(acts_.probs, acts_.lnf, w_.wte, nullptr, N, C, V, Vp, blas_);
+  crossentropy_forward(acts_.probs, acts_.losses, acts_.probs, targets_.data(), N, V, Vp, st);  // in place
   mean_loss(loss_.data(), acts_.losses, N, st);
   float loss = 0;
   SCALELAB_CUDA_CHECK(cudaMemcpyAsync(&loss, loss_.data(), sizeof(float), cudaMemcpyDeviceToHost, st));
@@ -150,15 +156,15 @@ template <typename F>
 void GpuGPT<F>::backward(float loss_scale) {
   SCALELAB_CHECK(acts_.B > 0, "backward() called before forward()");
   SCALELAB_CHECK(!probs_hold_dlogits_, "backward() called twice after one forward()");
-  const int B = acts_.B, T = acts_.T, C = config_.channels, V = config_.vocab_size, N = B * T;
+  const int B = acts_.B, T = acts_.T, C = config_.channels, V = config_.vocab_size, Vp = padded_vocab(), N = B * T;
   cudaStream_t st = stream();
   // Mean loss over N positions: d loss / d loss[i] = 1/N (in float, as the CPU computes it).
   // dlogits overwrite the probabilities they are computed from (elementwise), which saves a
   // (B,T,V) buffer: with GPT-2's V = 50257 the largest tensor of the model.
   F* dlogits = acts_.probs;
-  crossentropy_backward(dlogits, acts_.probs, targets_.data(), loss_scale / static_cast<float>(N), N, V, st);
+  crossentropy_backward(dlogits, acts_.probs, targets_.data(), loss_scale / static_cast<float>(N), N, V, Vp, st);
   probs_hold_dlogits_ = true;
-  matmul_backward<F>(dlnf_, g_.wte, nullptr, dlogits, acts_.lnf, w_.wte, N, C, V, blas_);
+  matmul_backward<F>(dlnf_, g_.wte, nullptr, dlogits, acts_.lnf, w_.wte, N, C, V, Vp, blas_);  // dlogits rows Vp apart
   SCALELAB_CUDA_CHECK(cudaMemsetAsync(dres_, 0, static_cast<std::size_t>(N) * C * sizeof(F), st));
   layernorm_backward(dres_, g_.lnf_w, g_.lnf_b, scratch_.ln_partials, dlnf_, acts_.final_input, w_.lnf_w,
                      acts_.lnf_mean, acts_.lnf_rstd, N, C, st);

@@ -2,10 +2,24 @@
 // final LayerNorm, LM head tied to the token embedding, mean cross-entropy. Parameters and
 // gradients are two flat device buffers with the same ParamLayout; the saved activations are
 // device buffers laid out as the CPU's, counted by the same MemoryTracker under the same
-// categories, so the memory report and the stage formulas apply unchanged.
+// categories, so the memory report and the stage formulas apply unchanged, but for one term: the
+// LM head's padding (below).
 // F is the storage type: float (stages 00-02) or bf16/fp16 (stage 03, where the fp32 master
 // weights live in GpuTrainModel). Arithmetic inside every kernel is fp32.
 // All work runs on the model's own stream; forward() synchronises once, to return the loss.
+//
+// The LM head's padding. The logits (then probabilities, then their gradient) are (B,T,V) with
+// rows Vp = padded_vocab() elements apart, V rounded up to a multiple of 128 (GPT-2: 50257 ->
+// 50304). With V odd, cuBLAS's half-precision head ran at 12-17% of the bf16 GEMM ceiling on an
+// H100: its leading dimension (the logits' rows) is misaligned, and the product has an odd
+// number of columns. Aligned rows let matmul_forward/backward split the product into the first
+// V rounded down to 8 columns and the rest (kernels/layers/matmul.cu). Only the first V columns
+// of a row are ever written or read: the parameters (wte stays (V,C)), gradients, checkpoints
+// and the loss are those of the unpadded model.
+// The padding, B T (Vp - V) elements of F, is counted under kActivations: it is part of the
+// probs buffer that forward saves for backward, allocated and freed with the other activations,
+// and it grows with B and T as they do. So the GPU's activation bytes are the CPU's formula plus
+// gpu_logits_padding_elements() * sizeof(F) (and the fp32 statistics, gpu_stat_elements()).
 #pragma once
 
 #include <cstddef>
@@ -45,7 +59,8 @@ struct GpuActivations {
   F* lnf = nullptr;                     // (B,T,C)
   float* lnf_mean = nullptr;            // (B,T)
   float* lnf_rstd = nullptr;            // (B,T)
-  F* probs = nullptr;                   // (B,T,V)  softmax of the logits; backward turns it into dlogits
+  F* probs = nullptr;                   // (B,T,V)  rows Vp apart: softmax of the logits; backward turns
+                                        //          it into dlogits
   float* losses = nullptr;              // (B,T)
 };
 
@@ -54,6 +69,13 @@ struct GpuActivations {
 // The rest of activation_elements() (for the same attention kind) is stored as F.
 std::size_t gpu_stat_elements(const GPTConfig& config, int B, int T, const CheckpointPolicy& policy,
                               AttentionKind attention = AttentionKind::kNaive);
+
+// The row stride of the logits on the GPU: V rounded up to a multiple of kVocabAlign.
+inline constexpr int kVocabAlign = 128;
+constexpr int gpu_padded_vocab(int vocab_size) { return (vocab_size + kVocabAlign - 1) / kVocabAlign * kVocabAlign; }
+static_assert(gpu_padded_vocab(50257) == 50304 && gpu_padded_vocab(128) == 128);
+// What the padding adds to the saved activations: B T (Vp - V) elements of F (see the header).
+std::size_t gpu_logits_padding_elements(const GPTConfig& config, int B, int T);
 
 // The blocks run through the one walk of model/block_walk.cpp; the model is its BlockRunner
 // (privately: only forward and backward drive it), enqueuing each block's kernels.
@@ -66,6 +88,7 @@ class GpuGPT : private BlockRunner {
   const GPTConfig& config() const { return config_; }
   const ParamLayout& layout() const { return layout_; }
   std::size_t num_params() const { return layout_.num_params(); }
+  int padded_vocab() const { return gpu_padded_vocab(config_.vocab_size); }  // Vp: the logits' row stride
   DeviceBuffer<F>& params() { return params_; }
   const DeviceBuffer<F>& params() const { return params_; }
   DeviceBuffer<F>& grads() { return grads_; }

@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdio>
@@ -32,6 +33,41 @@ std::vector<int> random_ints(std::size_t n, Rng& rng, int bound) {
   std::vector<int> x(n);
   for (int& v : x) v = static_cast<int>(rng.below(static_cast<std::uint64_t>(bound)));
   return x;
+}
+
+int padded_stride(int cols) { return (cols / 128 + 1) * 128; }
+
+std::vector<float> pad_rows(const std::vector<float>& x, int rows, int cols, int ld) {
+  REQUIRE(x.size() == static_cast<std::size_t>(rows) * cols);
+  REQUIRE(ld >= cols);
+  std::vector<float> out(static_cast<std::size_t>(rows) * ld, NAN);
+  for (int i = 0; i < rows; ++i)
+    std::copy_n(x.begin() + static_cast<std::ptrdiff_t>(i) * cols, cols,
+                out.begin() + static_cast<std::ptrdiff_t>(i) * ld);
+  return out;
+}
+
+std::vector<float> unpad_rows(const std::vector<float>& x, int rows, int cols, int ld) {
+  REQUIRE(x.size() == static_cast<std::size_t>(rows) * ld);
+  std::vector<float> out(static_cast<std::size_t>(rows) * cols);
+  for (int i = 0; i < rows; ++i)
+    std::copy_n(x.begin() + static_cast<std::ptrdiff_t>(i) * ld, cols,
+                out.begin() + static_cast<std::ptrdiff_t>(i) * cols);
+  return out;
+}
+
+void check_padding_unwritten(const std::string& what, const std::vector<float>& x, int rows, int cols, int ld) {
+  REQUIRE(x.size() == static_cast<std::size_t>(rows) * ld);
+  std::size_t written = 0, first = 0;
+  for (int i = 0; i < rows; ++i)
+    for (int j = cols; j < ld; ++j) {
+      const std::size_t at = static_cast<std::size_t>(i) * ld + j;
+      if (!std::isnan(x[at]) && written++ == 0) first = at;
+    }
+  INFO(what << ": " << written << " of " << static_cast<std::size_t>(rows) * (ld - cols)
+            << " padding elements (columns " << cols << ".." << ld - 1 << ") were written, first at index " << first
+            << " (value " << (written ? x[first] : 0.0f) << ")");
+  CHECK(written == 0);
 }
 
 Closeness closeness(const std::string& what, const std::vector<float>& got, const std::vector<float>& want,

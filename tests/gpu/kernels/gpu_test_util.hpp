@@ -126,6 +126,19 @@ void poison(DeviceBuffer<T>& d) {
   if (d.bytes()) SCALELAB_CUDA_CHECK(cudaMemset(d.data(), 0xFF, d.bytes()));
 }
 
+// Row strides (the LM head's padded logits, kernels/model/gpu_gpt.hpp): a (rows, cols) matrix
+// stored with its rows ld >= cols elements apart.
+// The first multiple of 128 above cols: a stride with a padding that is never empty.
+int padded_stride(int cols);
+// x (rows, cols) laid out with rows ld apart, every padding element NaN: a kernel that reads the
+// padding turns its output NaN.
+std::vector<float> pad_rows(const std::vector<float>& x, int rows, int cols, int ld);
+// The first cols columns of each of the rows of x (rows ld apart): the (rows, cols) matrix.
+std::vector<float> unpad_rows(const std::vector<float>& x, int rows, int cols, int ld);
+// CHECKs that every padding element of x (rows ld apart) is NaN: a poisoned padding that the
+// kernel did not write.
+void check_padding_unwritten(const std::string& what, const std::vector<float>& x, int rows, int cols, int ld);
+
 // ||got - want|| / ||want||, with a report of the largest difference and the first non-finite
 // element; NaN when got has a non-finite element.
 struct Closeness {

@@ -1,6 +1,7 @@
 // Fused softmax + cross-entropy on the GPU against its CPU twin
 // (model/layers/crossentropy.hpp): vocabularies smaller than, just over, and far larger than the
-// 512 threads of a row's block (50257, GPT-2's), in place and out of place.
+// 512 threads of a row's block (50257, GPT-2's), in place and out of place; and with rows further
+// apart than V (the LM head's padded logits), where the padding is neither read nor written.
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -62,6 +63,69 @@ TEMPLATE_TEST_CASE("crossentropy forward, backward and mean loss match the CPU t
     cuda::crossentropy_backward(d_logits.data(), d_logits.data(), d_targets.data(), dloss, N, V, stream.get());
     stream.synchronize();
     check_close(label + " dlogits in place of probs", download(d_logits), dlogits, rel_tolerance<F>());
+  }
+}
+
+// The model runs the head with rows Vp > V apart (kernels/model/gpu_gpt.hpp). The kernels do
+// the same arithmetic on the first V columns of each row whatever the stride, so the results
+// are bitwise those of contiguous rows; NaN in the padding of the logits proves it is not read,
+// NaN left in the padding of probs and dlogits that it is not written.
+TEMPLATE_TEST_CASE("crossentropy with a row stride above V: bitwise the contiguous result, padding untouched",
+                   "[gpu][crossentropy]", float, bf16, fp16) {
+  using F = TestType;
+  cuda::Stream stream;
+  const std::vector<std::pair<int, int>> shapes = {{7, 257}, {33, 1000 + 3}, {5, 50257}};  // (N, V)
+  for (auto [N, V] : shapes) {
+    const int ld = padded_stride(V);
+    const std::string label = std::string("crossentropy ") + dtype_name<F>() + " N=" + std::to_string(N) +
+                              " V=" + std::to_string(V) + " ld=" + std::to_string(ld);
+    Rng rng(seed_for(label));
+    const std::size_t NV = static_cast<std::size_t>(N) * V, NL = static_cast<std::size_t>(N) * ld;
+    const std::vector<float> logits = random_inputs<F>(NV, rng, 0.05f, 4.0f);
+    const std::vector<int> targets = random_ints(N, rng, V);
+    const float dloss = 1.0f / static_cast<float>(N);
+    DeviceBuffer<int> d_targets = cuda::to_device(targets, MemCategory::kActivations, nullptr);
+
+    // Contiguous rows: the reference.
+    DeviceBuffer<F> d_logits = upload<F>(logits);
+    DeviceBuffer<F> d_probs(NV, MemCategory::kActivations, nullptr), d_dlogits(NV, MemCategory::kGrads, nullptr);
+    DeviceBuffer<float> d_losses(N, MemCategory::kActivations, nullptr);
+    cuda::crossentropy_forward(d_probs.data(), d_losses.data(), d_logits.data(), d_targets.data(), N, V, stream.get());
+    cuda::crossentropy_backward(d_dlogits.data(), d_probs.data(), d_targets.data(), dloss, N, V, stream.get());
+    stream.synchronize();
+    const std::vector<float> probs = download(d_probs), losses = download(d_losses), dlogits = download(d_dlogits);
+
+    // Rows ld apart, out of place: NaN in the logits' padding, probs and dlogits poisoned.
+    DeviceBuffer<F> p_logits = upload<F>(pad_rows(logits, N, V, ld));
+    DeviceBuffer<F> p_probs(NL, MemCategory::kActivations, nullptr), p_dlogits(NL, MemCategory::kGrads, nullptr);
+    DeviceBuffer<float> p_losses(N, MemCategory::kActivations, nullptr);
+    poison(p_probs);
+    poison(p_dlogits);
+    poison(p_losses);
+    cuda::crossentropy_forward(p_probs.data(), p_losses.data(), p_logits.data(), d_targets.data(), N, V, ld,
+                               stream.get());
+    cuda::crossentropy_backward(p_dlogits.data(), p_probs.data(), d_targets.data(), dloss, N, V, ld, stream.get());
+    stream.synchronize();
+    const std::vector<float> got_probs = download(p_probs), got_dlogits = download(p_dlogits);
+    check_bitwise(label + " probs", unpad_rows(got_probs, N, V, ld), probs);
+    check_bitwise(label + " losses", download(p_losses), losses);
+    check_bitwise(label + " dlogits", unpad_rows(got_dlogits, N, V, ld), dlogits);
+    check_padding_unwritten(label + " probs", got_probs, N, V, ld);
+    check_padding_unwritten(label + " dlogits", got_dlogits, N, V, ld);
+
+    // In place, as the model runs it: probs over the logits, then dlogits over the probs.
+    cuda::crossentropy_forward(p_logits.data(), p_losses.data(), p_logits.data(), d_targets.data(), N, V, ld,
+                               stream.get());
+    stream.synchronize();
+    const std::vector<float> got_in_place = download(p_logits);
+    check_bitwise(label + " probs in place", unpad_rows(got_in_place, N, V, ld), probs);
+    check_bitwise(label + " losses in place", download(p_losses), losses);
+    check_padding_unwritten(label + " probs in place", got_in_place, N, V, ld);
+    cuda::crossentropy_backward(p_logits.data(), p_logits.data(), d_targets.data(), dloss, N, V, ld, stream.get());
+    stream.synchronize();
+    const std::vector<float> got_d_in_place = download(p_logits);
+    check_bitwise(label + " dlogits in place", unpad_rows(got_d_in_place, N, V, ld), dlogits);
+    check_padding_unwritten(label + " dlogits in place", got_d_in_place, N, V, ld);
   }
 }
 

@@ -24,6 +24,7 @@
 
 #include "compare.hpp"
 #include "core/rng.hpp"
+#include "kernels/core/cuda_check.hpp"
 #include "kernels/model/gpu_train_model.hpp"
 #include "model/gpt.hpp"
 #include "precision/mixed_model.hpp"
@@ -183,13 +184,17 @@ TEST_CASE("GPU memory by category equals the CPU model's", "[gpu][model][memory]
       INFO(precision << ", checkpoint " << policy << "\nCPU:\n" << cm.report() << "GPU:\n" << gm.report());
       for (MemCategory k : {MemCategory::kParams, MemCategory::kGrads, MemCategory::kOptimizer})
         CHECK(gm.peak(k) == cm.peak(k));
-      // Activations: fp32 the same bytes; bf16 the same but for the LayerNorm statistics and the
-      // per-row losses, which the GPU keeps in fp32 (2 bytes more per element than the CPU's bf16).
+      // Activations: the CPU's bytes plus two terms. The LayerNorm statistics and the per-row
+      // losses, which the GPU keeps in fp32 (bf16: 2 bytes more per element than the CPU's), and
+      // the LM head's padding: the logits' rows are Vp apart (tiny: V = 64, Vp = 128), B T (Vp - V)
+      // more elements of the storage type (kernels/model/gpu_gpt.hpp).
       const std::size_t stats = cuda::gpu_stat_elements(c, kB, kT, p);
-      const std::size_t extra = std::string(precision) == "fp32" ? 0 : 2 * stats;
-      CHECK(gm.peak(MemCategory::kActivations) == cm.peak(MemCategory::kActivations) + extra);
       const std::size_t width = std::string(precision) == "fp32" ? 4 : 2;
+      const std::size_t padding = cuda::gpu_logits_padding_elements(c, kB, kT);
+      const std::size_t extra = (std::string(precision) == "fp32" ? 0 : 2 * stats) + padding * width;
+      CHECK(gm.peak(MemCategory::kActivations) == cm.peak(MemCategory::kActivations) + extra);
       CHECK(gm.peak(MemCategory::kActivations) == activation_elements(c, kB, kT, p) * width + extra);
+      CHECK(padding == BT * static_cast<std::size_t>(cuda::gpu_padded_vocab(c.vocab_size) - c.vocab_size));
       CHECK(stats == (static_cast<std::size_t>(p.kind == CheckpointPolicy::Kind::kNone ||
                                                        p.kind == CheckpointPolicy::Kind::kSelective
                                                    ? c.num_layers
@@ -199,6 +204,41 @@ TEST_CASE("GPU memory by category equals the CPU model's", "[gpu][model][memory]
                          BT);
     }
   }
+}
+
+TEST_CASE("GPU LM head: the logits' rows are padded, and the padding changes neither loss nor gradients",
+          "[gpu][model][vocab]") {
+  const GPTConfig c = gpt_config_by_name("tiny");
+  const Batch b = random_batch(c.vocab_size, 13);
+  GpuTrainModel<float> m(c, nullptr);
+  const int V = c.vocab_size, Vp = m.gpt().padded_vocab(), N = kB * kT;
+  CHECK(Vp % cuda::kVocabAlign == 0);
+  CHECK(Vp >= V);
+  CHECK(Vp - V < cuda::kVocabAlign);
+  REQUIRE(Vp > V);  // tiny's V = 64: the padding is not empty, so the rest of this test means something
+  CHECK(cuda::gpu_padded_vocab(gpt_config_by_name("gpt2").vocab_size) == 50304);
+  m.init_weights(17);
+  m.zero_grad();
+  const double clean_loss = m.forward(b.tokens.data(), b.targets.data(), kB, kT);
+  m.backward(1.0);
+  const std::vector<float> clean = m.grads_to_host();
+  // The same batch again (the buffers are kept: same B, T and policy) with NaN in every padding
+  // element of the logits' buffer: forward writes only the first V columns of a row, so the NaN
+  // stays there through forward and backward, and any read of it would reach the loss or wte's
+  // gradient.
+  float* const probs = m.gpt().acts().probs;
+  SCALELAB_CUDA_CHECK(cudaMemset2D(probs + V, Vp * sizeof(float), 0xFF, (Vp - V) * sizeof(float), N));
+  m.zero_grad();
+  const double loss = m.forward(b.tokens.data(), b.targets.data(), kB, kT);
+  REQUIRE(m.gpt().acts().probs == probs);
+  std::vector<float> padding(static_cast<std::size_t>(N) * (Vp - V));
+  SCALELAB_CUDA_CHECK(cudaMemcpy2D(padding.data(), (Vp - V) * sizeof(float), probs + V, Vp * sizeof(float),
+                                   (Vp - V) * sizeof(float), N, cudaMemcpyDeviceToHost));
+  CHECK(std::all_of(padding.begin(), padding.end(), [](float x) { return std::isnan(x); }));  // not written
+  CHECK(loss == clean_loss);  // no atomics in forward: the same kernels give the same bits
+  m.backward(1.0);
+  // Only wte's atomicAdds may land in another order (as in the checkpoint test below).
+  check_by_tensor(ParamLayout(c), m.grads_to_host().data(), clean.data(), 1e-6, "gradient with NaN padding");
 }
 
 TEST_CASE("GPU checkpoint policies give the gradients of no checkpointing", "[gpu][model][checkpoint]") {
@@ -325,7 +365,9 @@ TEST_CASE("GPU flash attention: activation bytes equal the formula, the (T,T) pr
         gpu->backward(1.0);
         const std::size_t width = std::string(precision) == "fp32" ? 4 : 2;
         const std::size_t stats = cuda::gpu_stat_elements(c, kB, kT, p, kind);
-        const std::size_t want = (activation_elements(c, kB, kT, p, ModelSlice{}, kind) - stats) * width + stats * 4;
+        const std::size_t padding = cuda::gpu_logits_padding_elements(c, kB, kT);  // the LM head's logits rows
+        const std::size_t want =
+            (activation_elements(c, kB, kT, p, ModelSlice{}, kind) - stats + padding) * width + stats * 4;
         INFO(precision << ", checkpoint " << policy << ", attention " << attention_kind_name(kind) << "\n"
                        << gm.report());
         CHECK(gm.peak(MemCategory::kActivations) == want);
