@@ -7,6 +7,7 @@
 #include <mma.h>
 
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
 
 #include "core/error.hpp"
@@ -46,17 +47,29 @@ struct Layout {
   __host__ __device__ std::size_t s_tile() const { return round(sizeof(float) * kTile * lds); }
   __host__ __device__ std::size_t o_tile() const { return round(sizeof(float) * kTile * ldo); }
   __host__ __device__ std::size_t rows() const { return round(sizeof(float) * kTile); }
-  // Forward: q, k, v; S; P; O and the tile's P v; m, l and the rescale factor per row.
+  // Forward: each warp's S (16,64) and, once S is turned into P, its P v (16,hsp) share one slab.
+  __host__ __device__ int slab() const { return kRowsPerWarp * (lds > ldo ? lds : ldo); }
+  // Forward: q, k, v; the S / P v slabs; P; O; m, l and the rescale factor per row.
   __host__ __device__ std::size_t forward_bytes() const {
-    return 3 * f_tile() + s_tile() + p_tile() + 2 * o_tile() + 3 * rows();
+    return 3 * f_tile() + round(sizeof(float) * kWarps * slab()) + p_tile() + o_tile() + 3 * rows();
   }
-  // dk/dv: k, v, q, dout; S^T and dP^T; P^T and dS^T; dv and dk; lse and D per query.
+  // Backward: dP's tile (fp32) first holds the query tile's out (F), which is only read to form
+  // D = rowsum(dout * out) before dP is computed.
+  __host__ __device__ std::size_t sd_tile() const { return s_tile() > f_tile() ? s_tile() : f_tile(); }
+  // Backward accumulators (dk and dv, or dq): bf16/fp16 keep them in registers (tensor-core
+  // fragments) and only need a 16 x 16 fp32 staging square per warp to write them out; fp32
+  // keeps (64, hsp) fp32 tiles in shared memory.
+  __host__ __device__ std::size_t acc_tiles(int count) const {
+    return kTensorCores ? round(sizeof(float) * kWarps * 16 * kStageLd) : count * o_tile();
+  }
+  static constexpr int kStageLd = 20;
+  // dk/dv: k, v, q, dout; S^T; dP^T (first out); P^T and dS^T; dv and dk; lse and D per query.
   __host__ __device__ std::size_t dkdv_bytes() const {
-    return 4 * f_tile() + 2 * s_tile() + 2 * p_tile() + 2 * o_tile() + 2 * rows();
+    return 4 * f_tile() + s_tile() + sd_tile() + 2 * p_tile() + acc_tiles(2) + 2 * rows();
   }
-  // dq: q, dout, k, v; S and dP; dS; dq; lse and D per query.
+  // dq: q, dout, k, v; S; dP (first out); dS; dq; lse and D per query.
   __host__ __device__ std::size_t dq_bytes() const {
-    return 4 * f_tile() + 2 * s_tile() + p_tile() + o_tile() + 2 * rows();
+    return 4 * f_tile() + s_tile() + sd_tile() + p_tile() + acc_tiles(1) + 2 * rows();
   }
   __host__ __device__ static std::size_t round(std::size_t bytes) { return (bytes + 127) / 128 * 128; }
 };
@@ -83,8 +96,44 @@ struct WmmaType<fp16> {
   using type = __half;
 };
 
-// c (16, N) fp32 (+)= a (16, K) @ b, all in shared memory, for one warp. b is (K, N) row-major,
-// or with kBT (N, K) row-major, i.e. the product is a @ b^T. N and K are multiples of 16.
+// The tensor-core pieces (bf16/fp16 only): a warp's 16 x N fp32 accumulator as N/16 register
+// fragments, and acc += a (16, K) @ b with a and b in shared memory, b (K, N) row-major or with
+// kBT (N, K) row-major (the product is then a @ b^T). N <= 128 and K are multiples of 16. The
+// loops run to the compile-time bound with a guard, so the fragment array is never indexed at run
+// time (which would put it in local memory); each fragment of a is loaded once.
+constexpr int kMaxBlocks = 128 / 16;
+using Accumulator = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>;
+
+template <bool kBT, typename F>
+__device__ void warp_mma(Accumulator (&acc)[kMaxBlocks], const F* a, int lda, const F* b, int ldb, int N, int K) {
+  namespace w = nvcuda::wmma;
+  using W = typename WmmaType<F>::type;
+  using BLayout = std::conditional_t<kBT, w::col_major, w::row_major>;
+  const W* wa = reinterpret_cast<const W*>(a);
+  const W* wb = reinterpret_cast<const W*>(b);
+  for (int k = 0; k < K; k += 16) {
+    w::fragment<w::matrix_a, 16, 16, 16, W, w::row_major> fa;
+    w::load_matrix_sync(fa, wa + k, lda);
+#pragma unroll
+    for (int j = 0; j < kMaxBlocks; ++j)
+      if (16 * j < N) {
+        const int n = 16 * j;
+        // b^T as col-major: element (k, n) of the product's right side is b[n * ldb + k].
+        w::fragment<w::matrix_b, 16, 16, 16, W, BLayout> fb;
+        w::load_matrix_sync(
+            fb, kBT ? wb + static_cast<std::size_t>(n) * ldb + k : wb + static_cast<std::size_t>(k) * ldb + n, ldb);
+        w::mma_sync(acc[j], fa, fb, acc[j]);
+      }
+  }
+}
+
+__device__ inline void zero_accumulator(Accumulator (&acc)[kMaxBlocks], int N) {
+#pragma unroll
+  for (int j = 0; j < kMaxBlocks; ++j)
+    if (16 * j < N) nvcuda::wmma::fill_fragment(acc[j], 0.0f);
+}
+
+// c (16, N) fp32 (+)= a (16, K) @ b, all in shared memory, for one warp; b as in warp_mma.
 // bf16/fp16: tensor cores, fp32 accumulation. fp32: each lane computes whole columns of c with
 // fp32 fused multiply-adds (no TF32, so the result is an fp32 product like the CPU's).
 template <bool kBT, typename F>
@@ -102,63 +151,77 @@ __device__ void warp_gemm(float* c, int ldc, const F* a, int lda, const F* b, in
     }
   } else {
     namespace w = nvcuda::wmma;
-    using W = typename WmmaType<F>::type;
-    using BLayout = std::conditional_t<kBT, w::col_major, w::row_major>;
-    const W* wa = reinterpret_cast<const W*>(a);
-    const W* wb = reinterpret_cast<const W*>(b);
-    for (int n = 0; n < N; n += 16) {
-      w::fragment<w::accumulator, 16, 16, 16, float> acc;
-      if (accumulate)
-        w::load_matrix_sync(acc, c + n, ldc, w::mem_row_major);
-      else
-        w::fill_fragment(acc, 0.0f);
-      for (int k = 0; k < K; k += 16) {
-        w::fragment<w::matrix_a, 16, 16, 16, W, w::row_major> fa;
-        w::fragment<w::matrix_b, 16, 16, 16, W, BLayout> fb;
-        w::load_matrix_sync(fa, wa + k, lda);
-        // b^T as col-major: element (k, n) of the product's right side is b[n * ldb + k].
-        w::load_matrix_sync(
-            fb, kBT ? wb + static_cast<std::size_t>(n) * ldb + k : wb + static_cast<std::size_t>(k) * ldb + n, ldb);
-        w::mma_sync(acc, fa, fb, acc);
+    Accumulator acc[kMaxBlocks];
+#pragma unroll
+    for (int j = 0; j < kMaxBlocks; ++j)
+      if (16 * j < N) {
+        if (accumulate)
+          w::load_matrix_sync(acc[j], c + 16 * j, ldc, w::mem_row_major);
+        else
+          w::fill_fragment(acc[j], 0.0f);
       }
-      w::store_matrix_sync(c + n, acc, ldc, w::mem_row_major);
-    }
+    warp_mma<kBT>(acc, a, lda, b, ldb, N, K);
+#pragma unroll
+    for (int j = 0; j < kMaxBlocks; ++j)
+      if (16 * j < N) w::store_matrix_sync(c + 16 * j, acc[j], ldc, w::mem_row_major);
   }
   __syncwarp();
 }
 
 // All threads of the block: dst (64, hsp) with stride ld = rows [row0, row0 + 64) of one head's
 // columns of src (row stride src_ld), zero where the row is past T or the column past hs.
-// Warp w loads rows w, w + 4, ...; its lanes read consecutive columns of a row (coalesced).
-template <typename F>
-__device__ void load_tile(F* dst, int ld, const F* src, std::size_t src_ld, int row0, int T, const Layout<F>& L) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int r = warp; r < kTile; r += kWarps) {
-    const int t = row0 + r;
-    for (int d = lane; d < L.hsp; d += 32)
-      dst[r * ld + d] = (t < T && d < L.hs) ? src[static_cast<std::size_t>(t) * src_ld + d] : from_float<F>(0.0f);
+// All threads of the block: dst (64, hsp) with stride ld = rows [row0, row0 + 64) of one head's
+// columns of src (row stride src_ld), zero where the row is past T or the column past hs.
+// Each thread has kBatch loads in flight before it stores any: one load at a time left every
+// tile waiting on a full memory latency per element (the first version ran 7x slower than the
+// naive attention). Where every row and the head's columns are 16-byte aligned (bf16/fp16 with
+// hs a multiple of 8, the GPT-2 shapes) a load moves 16 bytes; otherwise one element.
+constexpr int kBatch = 4;
+
+template <typename V, typename F>
+__device__ void load_tile_as(F* dst, int ld, const F* src, std::size_t src_ld, int row0, int T, int hs, int hsp) {
+  constexpr int kPer = sizeof(V) / sizeof(F);  // elements per load
+  const int per_row = hsp / kPer, total = kTile * per_row;
+  for (int base = threadIdx.x; base < total; base += kBatch * blockDim.x) {
+    V v[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = base + j * blockDim.x, r = i / per_row, d = (i % per_row) * kPer, t = row0 + r;
+      if (i < total && t < T && d < hs)
+        v[j] = *reinterpret_cast<const V*>(src + static_cast<std::size_t>(t) * src_ld + d);
+      else
+        v[j] = V{};  // zero bits: 0.0 in float, bf16 and fp16
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = base + j * blockDim.x;
+      if (i < total) *reinterpret_cast<V*>(dst + (i / per_row) * ld + (i % per_row) * kPer) = v[j];
+    }
   }
 }
 
-// Per query row t of a tile (one warp per 16 rows): lse[t] from the forward and D[t] = dout_t .
-// out_t, or 0 for rows past T (their probabilities are masked to 0 anyway).
 template <typename F>
-__device__ void load_row_stats(float* lse_s, float* D_s, const float* lse, const F* dout, const F* out, int q0, int T,
-                               int C, const Layout<F>& L) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int r = warp * kRowsPerWarp; r < (warp + 1) * kRowsPerWarp; ++r) {
-    const int t = q0 + r;
+__device__ void load_tile(F* dst, int ld, const F* src, std::size_t src_ld, int row0, int T, const Layout<F>& L) {
+  constexpr int kPer = 16 / sizeof(F);
+  const bool aligned = L.hs % kPer == 0 && src_ld % kPer == 0 && ld % kPer == 0 &&
+                       reinterpret_cast<std::uintptr_t>(src) % 16 == 0 &&
+                       reinterpret_cast<std::uintptr_t>(dst) % 16 == 0;
+  if (aligned)
+    load_tile_as<uint4>(dst, ld, src, src_ld, row0, T, L.hs, L.hsp);
+  else
+    load_tile_as<F>(dst, ld, src, src_ld, row0, T, L.hs, L.hsp);
+}
+
+// Per query row of a tile whose dout and out are in shared memory: D = dout . out, and the
+// forward's lse (0 for rows past T: their probabilities are masked to 0 anyway).
+template <typename F>
+__device__ void row_stats(float* lse_s, float* D_s, const float* lse, const F* dOs, const F* Os, int q0, int T,
+                          const Layout<F>& L) {
+  for (int r = threadIdx.x; r < kTile; r += blockDim.x) {
     float dot = 0.0f;
-    if (t < T)
-      for (int d = lane; d < L.hs; d += 32) {
-        const std::size_t at = static_cast<std::size_t>(t) * C + d;
-        dot += to_float(dout[at]) * to_float(out[at]);
-      }
-    dot = warp_sum(dot);
-    if (lane == 0) {
-      D_s[r] = dot;
-      lse_s[r] = t < T ? lse[t] : 0.0f;
-    }
+    for (int d = 0; d < L.hs; ++d) dot += to_float(dOs[r * L.ldf + d]) * to_float(Os[r * L.ldf + d]);
+    D_s[r] = dot;
+    lse_s[r] = q0 + r < T ? lse[q0 + r] : 0.0f;
   }
 }
 
@@ -179,26 +242,27 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   F* Qs = carve.take<F>(L.f_tile());
   F* Ks = carve.take<F>(L.f_tile());
   F* Vs = carve.take<F>(L.f_tile());
-  float* Ss = carve.take<float>(L.s_tile());
+  float* slabs = carve.take<float>(Layout<F>::round(sizeof(float) * kWarps * L.slab()));
   F* Ps = carve.take<F>(L.p_tile());
   float* Os = carve.take<float>(L.o_tile());
-  float* PVs = carve.take<float>(L.o_tile());
   float* m_s = carve.take<float>(L.rows());
   float* l_s = carve.take<float>(L.rows());
   float* alpha_s = carve.take<float>(L.rows());
 
   load_tile(Qs, L.ldf, q, ld3, q0, T, L);
   const int r0 = warp * kRowsPerWarp;  // this warp's first row of the tile
-  float* Sw = Ss + r0 * L.lds;
+  float* Sw = slabs + warp * L.slab();
+  float* PVw = Sw;  // the same slab, once S has become P
   F* Pw = Ps + r0 * L.ldp;
   float* Ow = Os + r0 * L.ldo;
-  float* PVw = PVs + r0 * L.ldo;
   for (int r = 0; r < kRowsPerWarp; ++r)
     for (int d = lane; d < L.hsp; d += 32) Ow[r * L.ldo + d] = 0.0f;
   if (lane < kRowsPerWarp) {
     m_s[r0 + lane] = -INFINITY;
     l_s[r0 + lane] = 0.0f;
   }
+  // The online softmax below: two lanes per row, each with 32 of its 64 columns.
+  const int my_row = lane / 2, my_col = (lane % 2) * 32, my_t = q0 + r0 + my_row;
   for (int kt = 0; kt <= static_cast<int>(blockIdx.x); ++kt) {  // causal: key tiles up to the diagonal
     const int k0 = kt * kTile;
     __syncthreads();  // every warp is done with the previous k and v (and Qs is loaded)
@@ -206,29 +270,32 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     load_tile(Vs, L.ldf, v, ld3, k0, T, L);
     __syncthreads();
     warp_gemm<true>(Sw, L.lds, Qs + r0 * L.ldf, L.ldf, Ks, L.ldf, kTile, L.hsp, false);  // S = q k^T (16,64)
-    // The online softmax, one row at a time: each lane holds columns lane and lane + 32.
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      const int t = q0 + r0 + r;
-      float s[2];
-      for (int j = 0; j < 2; ++j) {
-        const int u = k0 + lane + 32 * j;
-        s[j] = (u <= t && u < T) ? Sw[r * L.lds + lane + 32 * j] * scale : -INFINITY;
-      }
-      const float m_old = m_s[r0 + r];
-      const float m_new = fmaxf(m_old, warp_max(fmaxf(s[0], s[1])));
-      float p[2];
-      for (int j = 0; j < 2; ++j) p[j] = s[j] == -INFINITY ? 0.0f : expf(s[j] - m_new);
-      for (int j = 0; j < 2; ++j) Pw[r * L.ldp + lane + 32 * j] = from_float<F>(p[j]);
-      const float row_sum = warp_sum(p[0] + p[1]);
-      if (lane == 0) {
-        const float alpha = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);  // rescales the old O and l
-        m_s[r0 + r] = m_new;
-        l_s[r0 + r] = l_s[r0 + r] * alpha + row_sum;
-        alpha_s[r0 + r] = alpha;
-      }
+    // Keys past the query (causal) or past T are masked: their score is -inf, their p 0.
+    const float* srow = Sw + my_row * L.lds + my_col;
+    const int last = min(my_t, T - 1) - (k0 + my_col);  // columns 0..last of this lane's 32 are kept
+    float mx = -INFINITY;
+    for (int j = 0; j < 32; ++j)
+      if (j <= last) mx = fmaxf(mx, srow[j] * scale);
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    const float m_old = m_s[r0 + my_row];
+    const float m_new = fmaxf(m_old, mx);
+    float sum = 0.0f;
+    F* prow = Pw + my_row * L.ldp + my_col;
+    for (int j = 0; j < 32; ++j) {
+      const float p = j <= last ? __expf(srow[j] * scale - m_new) : 0.0f;
+      prow[j] = from_float<F>(p);
+      sum += p;
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    __syncwarp();  // both lanes of a row have read m_s before it changes
+    if (lane % 2 == 0) {
+      const float alpha = m_old == -INFINITY ? 0.0f : __expf(m_old - m_new);  // rescales the old O and l
+      m_s[r0 + my_row] = m_new;
+      l_s[r0 + my_row] = l_s[r0 + my_row] * alpha + sum;
+      alpha_s[r0 + my_row] = alpha;
     }
     __syncwarp();
-    warp_gemm<false>(PVw, L.ldo, Pw, L.ldp, Vs, L.ldf, L.hsp, kTile, false);  // P v (16,hsp)
+    warp_gemm<false>(PVw, L.ldo, Pw, L.ldp, Vs, L.ldf, L.hsp, kTile, false);  // P v (16,hsp), over S
     for (int r = 0; r < kRowsPerWarp; ++r) {
       const float alpha = alpha_s[r0 + r];
       for (int d = lane; d < L.hsp; d += 32) Ow[r * L.ldo + d] = Ow[r * L.ldo + d] * alpha + PVw[r * L.ldo + d];
@@ -262,12 +329,61 @@ __device__ void probabilities_and_dscores(F* P, F* dS, int ldp, const float* S, 
     const int r = i / kTile, c = i % kTile;
     const int qi = kKeysAreRows ? c : r_off + r;  // index of the query in the tile's row stats
     const int t = kKeysAreRows ? col0 + c : row0 + r, u = kKeysAreRows ? row0 + r : col0 + c;
-    const float p = (u <= t && t < T && u < T) ? expf(S[r * lds + c] * scale - lse_s[qi]) : 0.0f;
+    const float p = (u <= t && t < T && u < T) ? __expf(S[r * lds + c] * scale - lse_s[qi]) : 0.0f;
     const float ds = p * (dP[r * lds + c] - D_s[qi]);
     if (P) P[r * ldp + c] = from_float<F>(p);
     dS[r * ldp + c] = from_float<F>(ds);
   }
   __syncwarp();
+}
+
+// Writes a warp's 16 x hs result to global rows `row0`.. (those below T), scaled: from register
+// fragments through a 16 x 16 fp32 staging square (bf16/fp16), or from its fp32 tile rows (fp32).
+template <typename F>
+__device__ void store_rows(F* dst, std::size_t ld, int row0, int T, float scale, const Layout<F>& L,
+                           Accumulator (&acc)[kMaxBlocks], float* stage, const float* tile) {
+  const int lane = threadIdx.x % 32;
+  if constexpr (Layout<F>::kTensorCores) {
+#pragma unroll
+    for (int j = 0; j < kMaxBlocks; ++j)
+      if (16 * j < L.hsp) {
+        nvcuda::wmma::store_matrix_sync(stage, acc[j], Layout<F>::kStageLd, nvcuda::wmma::mem_row_major);
+        __syncwarp();
+        for (int i = lane; i < 256; i += 32) {
+          const int r = i / 16, d = 16 * j + i % 16;
+          if (row0 + r < T && d < L.hs)
+            dst[static_cast<std::size_t>(row0 + r) * ld + d] = from_float<F>(stage[r * Layout<F>::kStageLd + i % 16] *
+                                                                             scale);
+        }
+        __syncwarp();
+      }
+  } else {
+    for (int r = 0; r < kRowsPerWarp && row0 + r < T; ++r)
+      for (int d = lane; d < L.hs; d += 32)
+        dst[static_cast<std::size_t>(row0 + r) * ld + d] = from_float<F>(tile[r * L.ldo + d] * scale);
+  }
+}
+
+// acc (+)= a @ b for one warp: into register fragments (bf16/fp16) or into its fp32 tile rows
+// in shared memory (fp32).
+template <typename F>
+__device__ void accumulate_product(Accumulator (&acc)[kMaxBlocks], float* tile, const F* a, int lda, const F* b,
+                                   int ldb, const Layout<F>& L) {
+  if constexpr (Layout<F>::kTensorCores)
+    warp_mma<false>(acc, a, lda, b, ldb, L.hsp, kTile);
+  else
+    warp_gemm<false>(tile, L.ldo, a, lda, b, ldb, L.hsp, kTile, true);
+}
+
+template <typename F>
+__device__ void clear_accumulator(Accumulator (&acc)[kMaxBlocks], float* tile, const Layout<F>& L) {
+  if constexpr (Layout<F>::kTensorCores) {
+    zero_accumulator(acc, L.hsp);
+  } else {
+    const int lane = threadIdx.x % 32;
+    for (int r = 0; r < kRowsPerWarp; ++r)
+      for (int d = lane; d < L.hsp; d += 32) tile[r * L.ldo + d] = 0.0f;
+  }
 }
 
 // Backward, dk and dv. Grid (key tiles, B*NH); block kt owns keys [64 kt, 64 kt + 64), warp w 16
@@ -278,7 +394,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
                                int NH, int hs, float scale) {
   extern __shared__ __align__(128) unsigned char smem[];
   const Layout<F> L(hs);
-  const int b = blockIdx.y / NH, h = blockIdx.y % NH, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int b = blockIdx.y / NH, h = blockIdx.y % NH, warp = threadIdx.x / 32;
   const int k0 = blockIdx.x * kTile;
   const std::size_t ld3 = 3 * static_cast<std::size_t>(C), head = static_cast<std::size_t>(h) * hs;
   const F* q = qkv + static_cast<std::size_t>(b) * T * ld3 + head;
@@ -291,47 +407,47 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   F* Qs = carve.take<F>(L.f_tile());
   F* dOs = carve.take<F>(L.f_tile());
   float* St = carve.take<float>(L.s_tile());
-  float* dPt = carve.take<float>(L.s_tile());
+  float* dPt = carve.take<float>(L.sd_tile());
+  F* Os = reinterpret_cast<F*>(dPt);  // out, until D is formed
   F* Pt = carve.take<F>(L.p_tile());
   F* dSt = carve.take<F>(L.p_tile());
-  float* dV = carve.take<float>(L.o_tile());
-  float* dK = carve.take<float>(L.o_tile());
+  float* acc_smem = carve.take<float>(L.acc_tiles(2));
   float* lse_s = carve.take<float>(L.rows());
   float* D_s = carve.take<float>(L.rows());
 
+  const int r0 = warp * kRowsPerWarp;
+  // fp32: the warp's rows of the dv and dk tiles; bf16/fp16: its staging square.
+  float* dV = acc_smem + r0 * L.ldo;
+  float* dK = acc_smem + (kTile + r0) * L.ldo;
+  Accumulator acc_dv[kMaxBlocks], acc_dk[kMaxBlocks];
+  clear_accumulator(acc_dv, dV, L);
+  clear_accumulator(acc_dk, dK, L);
   load_tile(Ks, L.ldf, q + C, ld3, k0, T, L);
   load_tile(Vs, L.ldf, q + 2 * C, ld3, k0, T, L);
-  const int r0 = warp * kRowsPerWarp;
-  for (int r = r0; r < r0 + kRowsPerWarp; ++r)
-    for (int d = lane; d < L.hsp; d += 32) {
-      dV[r * L.ldo + d] = 0.0f;
-      dK[r * L.ldo + d] = 0.0f;
-    }
   const int query_tiles = (T + kTile - 1) / kTile;
   for (int qt = blockIdx.x; qt < query_tiles; ++qt) {
     const int q0 = qt * kTile;
-    __syncthreads();  // every warp is done with the previous q, dout and row stats
+    __syncthreads();  // every warp is done with the previous q, dout, dP and row stats
     load_tile(Qs, L.ldf, q, ld3, q0, T, L);
     load_tile(dOs, L.ldf, dO, C, q0, T, L);
-    load_row_stats(lse_s, D_s, lse_bh, dO, o, q0, T, C, L);
+    load_tile(Os, L.ldf, o, C, q0, T, L);
     __syncthreads();
+    row_stats(lse_s, D_s, lse_bh, dOs, Os, q0, T, L);
+    __syncthreads();  // D is formed: dP may overwrite out
     float* Sw = St + r0 * L.lds;
     float* dPw = dPt + r0 * L.lds;
     warp_gemm<true>(Sw, L.lds, Ks + r0 * L.ldf, L.ldf, Qs, L.ldf, kTile, L.hsp, false);    // S^T = k q^T
     warp_gemm<true>(dPw, L.lds, Vs + r0 * L.ldf, L.ldf, dOs, L.ldf, kTile, L.hsp, false);  // dP^T = v dout^T
     probabilities_and_dscores<true>(Pt + r0 * L.ldp, dSt + r0 * L.ldp, L.ldp, Sw, dPw, L.lds, lse_s, D_s, k0 + r0, q0,
                                     0, T, scale);
-    warp_gemm<false>(dV + r0 * L.ldo, L.ldo, Pt + r0 * L.ldp, L.ldp, dOs, L.ldf, L.hsp, kTile, true);  // += P^T dout
-    warp_gemm<false>(dK + r0 * L.ldo, L.ldo, dSt + r0 * L.ldp, L.ldp, Qs, L.ldf, L.hsp, kTile, true);  // += dS^T q
+    accumulate_product(acc_dv, dV, Pt + r0 * L.ldp, L.ldp, dOs, L.ldf, L);  // dv += P^T dout
+    accumulate_product(acc_dk, dK, dSt + r0 * L.ldp, L.ldp, Qs, L.ldf, L);  // dk += dS^T q
+    __syncwarp();
   }
   F* dk = dqkv + static_cast<std::size_t>(b) * T * ld3 + head + C;
-  F* dv = dk + C;
-  for (int r = r0; r < r0 + kRowsPerWarp && k0 + r < T; ++r)
-    for (int d = lane; d < hs; d += 32) {
-      const std::size_t at = static_cast<std::size_t>(k0 + r) * ld3 + d;
-      dk[at] = from_float<F>(dK[r * L.ldo + d] * scale);
-      dv[at] = from_float<F>(dV[r * L.ldo + d]);
-    }
+  float* stage = acc_smem + warp * 16 * Layout<F>::kStageLd;
+  store_rows(dk, ld3, k0 + r0, T, scale, L, acc_dk, stage, dK);
+  store_rows(dk + C, ld3, k0 + r0, T, 1.0f, L, acc_dv, stage, dV);
 }
 
 // Backward, dq. Grid (query tiles, B*NH); block qt owns queries [64 qt, 64 qt + 64), warp w 16
@@ -342,7 +458,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
                              int hs, float scale) {
   extern __shared__ __align__(128) unsigned char smem[];
   const Layout<F> L(hs);
-  const int b = blockIdx.y / NH, h = blockIdx.y % NH, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int b = blockIdx.y / NH, h = blockIdx.y % NH, warp = threadIdx.x / 32;
   const int q0 = blockIdx.x * kTile;
   const std::size_t ld3 = 3 * static_cast<std::size_t>(C), head = static_cast<std::size_t>(h) * hs;
   const F* q = qkv + static_cast<std::size_t>(b) * T * ld3 + head;
@@ -354,21 +470,25 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   F* Ks = carve.take<F>(L.f_tile());
   F* Vs = carve.take<F>(L.f_tile());
   float* Ss = carve.take<float>(L.s_tile());
-  float* dPs = carve.take<float>(L.s_tile());
+  float* dPs = carve.take<float>(L.sd_tile());
+  F* Os = reinterpret_cast<F*>(dPs);  // out, until D is formed
   F* dSs = carve.take<F>(L.p_tile());
-  float* dQ = carve.take<float>(L.o_tile());
+  float* acc_smem = carve.take<float>(L.acc_tiles(1));
   float* lse_s = carve.take<float>(L.rows());
   float* D_s = carve.take<float>(L.rows());
 
+  const int r0 = warp * kRowsPerWarp;
+  float* dQ = acc_smem + r0 * L.ldo;
+  Accumulator acc_dq[kMaxBlocks];
+  clear_accumulator(acc_dq, dQ, L);
   load_tile(Qs, L.ldf, q, ld3, q0, T, L);
   load_tile(dOs, L.ldf, dO, C, q0, T, L);
-  load_row_stats(lse_s, D_s, lse + (static_cast<std::size_t>(b) * NH + h) * T, dO, o, q0, T, C, L);
-  const int r0 = warp * kRowsPerWarp;
-  for (int r = r0; r < r0 + kRowsPerWarp; ++r)
-    for (int d = lane; d < L.hsp; d += 32) dQ[r * L.ldo + d] = 0.0f;
+  load_tile(Os, L.ldf, o, C, q0, T, L);
+  __syncthreads();
+  row_stats(lse_s, D_s, lse + (static_cast<std::size_t>(b) * NH + h) * T, dOs, Os, q0, T, L);
   for (int kt = 0; kt <= static_cast<int>(blockIdx.x); ++kt) {
     const int k0 = kt * kTile;
-    __syncthreads();
+    __syncthreads();  // D is formed (first pass), every warp is done with the previous k, v and dP
     load_tile(Ks, L.ldf, q + C, ld3, k0, T, L);
     load_tile(Vs, L.ldf, q + 2 * C, ld3, k0, T, L);
     __syncthreads();
@@ -378,12 +498,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     warp_gemm<true>(dPw, L.lds, dOs + r0 * L.ldf, L.ldf, Vs, L.ldf, kTile, L.hsp, false);  // dP = dout v^T
     probabilities_and_dscores<false>(static_cast<F*>(nullptr), dSs + r0 * L.ldp, L.ldp, Sw, dPw, L.lds, lse_s, D_s,
                                      q0 + r0, k0, r0, T, scale);
-    warp_gemm<false>(dQ + r0 * L.ldo, L.ldo, dSs + r0 * L.ldp, L.ldp, Ks, L.ldf, L.hsp, kTile, true);  // += dS k
+    accumulate_product(acc_dq, dQ, dSs + r0 * L.ldp, L.ldp, Ks, L.ldf, L);  // dq += dS k
+    __syncwarp();
   }
-  F* dq = dqkv + static_cast<std::size_t>(b) * T * ld3 + head;
-  for (int r = r0; r < r0 + kRowsPerWarp && q0 + r < T; ++r)
-    for (int d = lane; d < hs; d += 32)
-      dq[static_cast<std::size_t>(q0 + r) * ld3 + d] = from_float<F>(dQ[r * L.ldo + d] * scale);
+  float* stage = acc_smem + warp * 16 * Layout<F>::kStageLd;
+  store_rows(dqkv + static_cast<std::size_t>(b) * T * ld3 + head, ld3, q0 + r0, T, scale, L, acc_dq, stage, dQ);
 }
 
 // Opts the kernel in to `bytes` of dynamic shared memory (above the default 48 KiB), or refuses
