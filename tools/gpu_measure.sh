@@ -70,6 +70,11 @@ if wants step; then
          "$out/kernels.json" 2>/dev/null || echo 0)
   step train_step "$bin/scalelab_gpu_step_bench" --config gpt2 --precision all --steps "$steps" \
     --peak-tflops "$peak" --json "$out/step.json"
+  # Stage 08: naive against flash attention at shorter contexts (memory and speed against T).
+  for T in 256 512; do
+    step "step_T$T" "$bin/scalelab_gpu_step_bench" --config gpt2 --precision bf16,bf16+flash --seq "$T" --steps 5 \
+      --peak-tflops "$peak" --json "$out/step_T$T.json"
+  done
 fi
 if wants torch; then
   step torch env PYTHONUNBUFFERED=1 "$python" tools/torch_gpu_bench.py --steps "$steps" --sdpa --json "$out/torch.json"

@@ -36,7 +36,10 @@ def rows_of(data) -> list:
 def table(rows: list, columns: list | None = None) -> str:
     if not rows:
         return "(none)\n"
-    columns = columns or [c for c in rows[0] if not isinstance(rows[0][c], (dict, list))]
+    if not columns:  # every key of every row, in first-seen order (rows may differ in their keys)
+        columns = []
+        for r in rows:
+            columns += [c for c in r if c not in columns and not isinstance(r[c], (dict, list))]
     out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for r in rows:
         out.append("| " + " | ".join(fmt(r.get(c, "")) for c in columns) + " |")
@@ -79,6 +82,15 @@ def ratios(ours: list, peer: list) -> list:
     return out
 
 
+def with_mfu(rows: list, peak) -> list:
+    """Fills MFU (model TFLOP/s over the bf16 GEMM ceiling measured in the same run) where the step
+    benchmark ran without --peak-tflops."""
+    for r in rows:
+        if peak and not r.get("mfu") and r.get("tflops"):
+            r["mfu"] = round(r["tflops"] / peak, 4)
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", type=Path, required=True, help="gpu_measure.sh's output folder")
@@ -103,8 +115,17 @@ def main() -> int:
                                                              else [ceilings])]
     md += ["## Kernels (GPT-2 124M shapes)\n", table(rows_of(kernels)) if kernels else "(kernels.json missing)\n"]
     ours, peer = rows_of(step), rows_of(torch)
+    peak = ceilings.get("bf16_gemm_tflops") if isinstance(ceilings, dict) else None
+    with_mfu(ours, peak)
+    sweep = sorted(a.dir.glob("step_T*.json"), key=lambda f: int(re.sub(r"\D", "", f.stem) or 0))
     md += ["## Training step, GPT-2 124M\n", "scalelab:\n", table(ours) if step else "(step.json missing)\n",
            "\nPyTorch on the same GPU:\n", table(peer) if torch else "(torch.json missing)\n"]
+    if sweep:
+        rows = [row for f in sweep for row in with_mfu(rows_of(load(f)), peak)]
+        md += ["## Training step against the sequence length T (same run)\n",
+               "Memory is the tracker's peak (equal to the device pool's high-water mark in every row).\n",
+               table(rows, ["variant", "B", "T", "median_ms", "tokens_per_s", "mfu", "tracked_peak_bytes",
+                            "device_peak_bytes"])]
     r = ratios(ours, peer)
     md += ["## Ratio: scalelab tokens/s over PyTorch's (same run)\n", table(r) if r else "(no ratio: a side is missing)\n"]
     text = "\n".join(md)

@@ -366,8 +366,8 @@ TEST_CASE("GPU flash attention: activation bytes equal the formula, the (T,T) pr
         const std::size_t width = std::string(precision) == "fp32" ? 4 : 2;
         const std::size_t stats = cuda::gpu_stat_elements(c, kB, kT, p, kind);
         const std::size_t padding = cuda::gpu_logits_padding_elements(c, kB, kT);  // the LM head's logits rows
-        const std::size_t want =
-            (activation_elements(c, kB, kT, p, ModelSlice{}, kind) - stats + padding) * width + stats * 4;
+        const std::size_t want = (activation_elements(c, kB, kT, p, ModelSlice{}, kind) - stats + padding) * width +
+                                 stats * 4;
         INFO(precision << ", checkpoint " << policy << ", attention " << attention_kind_name(kind) << "\n"
                        << gm.report());
         CHECK(gm.peak(MemCategory::kActivations) == want);
