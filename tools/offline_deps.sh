@@ -29,9 +29,10 @@ for deb in "$dest"/debs/*.deb; do dpkg -x "$deb" "$dest"; done
 lib=$dest/usr/lib/x86_64-linux-gnu
 ln -sf openblas-pthread/libblas.so.3 "$lib/libblas.so.3"
 ln -sf openblas-pthread/libopenblas.so "$lib/libopenblas.so"
-# What travels should be small: no packages, documentation or static libraries, except Catch2's
-# (its CMake package names libCatch2WithMain.a, and find_package fails without it).
+# What travels should be small: no packages, documentation or static libraries, except those a
+# CMake package file names (find_package fails without them): Catch2's libCatch2WithMain.a and
+# Google Benchmark's libbenchmark_main.a.
 rm -rf "$dest/debs" "$dest/usr/share/doc" "$dest/usr/share/man"
-find "$dest" -name '*.a' ! -name 'libCatch2*' -delete
+find "$dest" -name '*.a' ! -name 'libCatch2*' ! -name 'libbenchmark_main.a' -delete
 echo "offline_deps: $(du -sh "$dest" | cut -f1) in $dest"
 echo "  use: cmake -DCMAKE_PREFIX_PATH=$dest/usr ...; export LD_LIBRARY_PATH=$lib:$lib/openblas-pthread"
