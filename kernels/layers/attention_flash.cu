@@ -337,6 +337,26 @@ __device__ void probabilities_and_dscores(F* P, F* dS, int ldp, const float* S, 
   __syncwarp();
 }
 
+// Where the backward kernels' block (batch row b, head h = blockIdx.y as b NH + h) reads and
+// writes: its head's columns of qkv (and of dqkv, dq first), dout and out, and its row of lse.
+template <typename F>
+struct BackwardHead {
+  std::size_t ld3;  // row stride of qkv and dqkv: 3C
+  const F *q, *dout, *out;
+  const float* lse;
+  F* dq;
+  __device__ BackwardHead(F* dqkv, const F* dout_all, const F* qkv, const F* out_all, const float* lse_all, int T,
+                          int C, int NH, int hs)
+      : ld3(3 * static_cast<std::size_t>(C)) {
+    const std::size_t b = blockIdx.y / NH, h = blockIdx.y % NH, head = h * hs;
+    q = qkv + b * T * ld3 + head;
+    dq = dqkv + b * T * ld3 + head;
+    dout = dout_all + b * T * C + head;
+    out = out_all + b * T * C + head;
+    lse = lse_all + (b * NH + h) * T;
+  }
+};
+
 // Writes a warp's 16 x hs result to global rows `row0`.. (those below T), scaled: from register
 // fragments through a 16 x 16 fp32 staging square (bf16/fp16), or from its fp32 tile rows (fp32).
 template <typename F>
@@ -394,13 +414,12 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
                                int NH, int hs, float scale) {
   extern __shared__ __align__(128) unsigned char smem[];
   const Layout<F> L(hs);
-  const int b = blockIdx.y / NH, h = blockIdx.y % NH, warp = threadIdx.x / 32;
+  const int warp = threadIdx.x / 32;
   const int k0 = blockIdx.x * kTile;
-  const std::size_t ld3 = 3 * static_cast<std::size_t>(C), head = static_cast<std::size_t>(h) * hs;
-  const F* q = qkv + static_cast<std::size_t>(b) * T * ld3 + head;
-  const F* dO = dout + static_cast<std::size_t>(b) * T * C + head;
-  const F* o = out + static_cast<std::size_t>(b) * T * C + head;
-  const float* lse_bh = lse + (static_cast<std::size_t>(b) * NH + h) * T;
+  const BackwardHead<F> at(dqkv, dout, qkv, out, lse, T, C, NH, hs);
+  const std::size_t ld3 = at.ld3;
+  const F *q = at.q, *dO = at.dout, *o = at.out;
+  const float* lse_bh = at.lse;
   SharedCarver carve{smem};
   F* Ks = carve.take<F>(L.f_tile());
   F* Vs = carve.take<F>(L.f_tile());
@@ -444,7 +463,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     accumulate_product(acc_dk, dK, dSt + r0 * L.ldp, L.ldp, Qs, L.ldf, L);  // dk += dS^T q
     __syncwarp();
   }
-  F* dk = dqkv + static_cast<std::size_t>(b) * T * ld3 + head + C;
+  F* dk = at.dq + C;
   float* stage = acc_smem + warp * 16 * Layout<F>::kStageLd;
   store_rows(dk, ld3, k0 + r0, T, scale, L, acc_dk, stage, dK);
   store_rows(dk + C, ld3, k0 + r0, T, 1.0f, L, acc_dv, stage, dV);
@@ -458,12 +477,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
                              int hs, float scale) {
   extern __shared__ __align__(128) unsigned char smem[];
   const Layout<F> L(hs);
-  const int b = blockIdx.y / NH, h = blockIdx.y % NH, warp = threadIdx.x / 32;
+  const int warp = threadIdx.x / 32;
   const int q0 = blockIdx.x * kTile;
-  const std::size_t ld3 = 3 * static_cast<std::size_t>(C), head = static_cast<std::size_t>(h) * hs;
-  const F* q = qkv + static_cast<std::size_t>(b) * T * ld3 + head;
-  const F* dO = dout + static_cast<std::size_t>(b) * T * C + head;
-  const F* o = out + static_cast<std::size_t>(b) * T * C + head;
+  const BackwardHead<F> at(dqkv, dout, qkv, out, lse, T, C, NH, hs);
+  const std::size_t ld3 = at.ld3;
+  const F *q = at.q, *dO = at.dout, *o = at.out;
   SharedCarver carve{smem};
   F* Qs = carve.take<F>(L.f_tile());
   F* dOs = carve.take<F>(L.f_tile());
@@ -485,7 +503,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   load_tile(dOs, L.ldf, dO, C, q0, T, L);
   load_tile(Os, L.ldf, o, C, q0, T, L);
   __syncthreads();
-  row_stats(lse_s, D_s, lse + (static_cast<std::size_t>(b) * NH + h) * T, dOs, Os, q0, T, L);
+  row_stats(lse_s, D_s, at.lse, dOs, Os, q0, T, L);
   for (int kt = 0; kt <= static_cast<int>(blockIdx.x); ++kt) {
     const int k0 = kt * kTile;
     __syncthreads();  // D is formed (first pass), every warp is done with the previous k, v and dP
@@ -502,7 +520,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     __syncwarp();
   }
   float* stage = acc_smem + warp * 16 * Layout<F>::kStageLd;
-  store_rows(dqkv + static_cast<std::size_t>(b) * T * ld3 + head, ld3, q0 + r0, T, scale, L, acc_dq, stage, dQ);
+  store_rows(at.dq, ld3, q0 + r0, T, scale, L, acc_dq, stage, dQ);
 }
 
 // Opts the kernel in to `bytes` of dynamic shared memory (above the default 48 KiB), or refuses
