@@ -11,12 +11,14 @@ float* TrainModel::fp32_grads() {
 }
 
 void TrainModel::set_attention(AttentionKind kind) {
+  // Every CPU model overrides this (fp32, mixed precision, ZeRO, pipeline stages, tensor
+  // parallelism); the models that keep the default are the GPU models (kernels/model).
   const bool gpu = grads_memory_space() == MemorySpace::kDevice;
   require(kind == AttentionKind::kNaive, "attention",
           std::string("--attention ") + attention_kind_name(kind) + " is not built for the " + precision_name() +
-              (gpu ? " GPU" : "") + " model in this build (only the fp32 CPU model runs it)",
-          gpu ? "use --attention naive, or --device cpu --precision fp32"
-              : "use --attention naive, or --precision fp32");
+              (gpu ? " GPU model in this build (the CPU models run it in fp32, bf16 and fp16)"
+                   : " model in this build"),
+          gpu ? "use --attention naive, or --device cpu" : "use --attention naive");
 }
 
 void TrainModel::set_grad_ready_hook(std::function<void(std::size_t)> hook) {
