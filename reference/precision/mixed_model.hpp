@@ -6,7 +6,7 @@
 //   master weights             fp32                              optimizer         4
 //   AdamW m and v              fp32 (the trainer's AdamW)        optimizer         8
 //   saved activations          half                              activations       1/2 of fp32
-//   lse of chunked/flash attn  fp32 (B,NH,T) per block slot       activations       (stage 08)
+//   lse of chunked/flash attn  fp32, (B,NH,T) per block slot      activations       (stage 08)
 //
 // Every layer is computed as a tensor core computes it: its half inputs are widened to fp32
 // (exactly), the layer runs in fp32 (the fp32 layer functions of reference/model/layers), and
@@ -63,7 +63,6 @@ struct HalfActivations {
 // naive's and NH B T fp32 elements more.
 struct MixedActivationElements {
   std::size_t half = 0, fp32 = 0;
-  std::size_t bytes() const { return 2 * half + 4 * fp32; }
 };
 MixedActivationElements mixed_activation_elements(const GPTConfig& config, int B, int T, const CheckpointPolicy& policy,
                                                   AttentionKind attention);
