@@ -13,8 +13,12 @@ namespace scalelab {
 //   fp32             4 param + 4 grad + 8 (AdamW m, v)                     = 16 (stages 00-02)
 //   bf16             2 param + 2 grad + 4 master + 8 (m, v)                = 16 (stage 03; ZeRO's paper)
 //   bf16-fp32-grads  2 param + 4 grad + 4 master + 8 (m, v)                = 18 (Megatron-LM's default)
+// Saved activations take `activation` bytes per element (4 in fp32, 2 in half), except the lse
+// (B,NH,T) of chunked and flash attention (stage 08), 4 in every precision: its exponential
+// recomputes every probability, and a half lse would put a 3% error on them (bf16; see
+// precision/mixed_block.cpp). FlashAttention and this project's models keep it in fp32.
 struct StateBytes {
-  double param = 4, grad = 4, optimizer = 8, activation = 4;
+  double param = 4, grad = 4, optimizer = 8, activation = 4, lse = 4;
 };
 // "fp32", "bf16", "bf16-fp32-grads"; ConfigError naming --precision otherwise.
 StateBytes state_bytes(const std::string& precision);

@@ -11,8 +11,16 @@ namespace scalelab {
 
 namespace {
 
-// Elements saved by one micro-batch on model stage `s` of S (a pipeline chunk).
-std::size_t chunk_activation_elements(const GPTConfig& c, const PlanLayout& l, int s, int S) {
+// Elements saved by one micro-batch on model stage `s` of S (a pipeline chunk): all of them, and
+// among them the lse of chunked and flash attention, which every precision keeps in fp32.
+struct ChunkElements {
+  std::size_t all = 0, lse = 0;
+  double bytes(const StateBytes& b) const {
+    return b.activation * static_cast<double>(all - lse) + b.lse * static_cast<double>(lse);
+  }
+};
+
+ChunkElements chunk_activation_elements(const GPTConfig& c, const PlanLayout& l, int s, int S) {
   const std::size_t t = static_cast<std::size_t>(l.tp), b = static_cast<std::size_t>(l.micro_rows);
   const std::size_t T = static_cast<std::size_t>(c.max_seq_len), C = static_cast<std::size_t>(c.channels);
   const std::size_t N = b * T, rows = l.sequence_parallel ? N / t : N, Cl = C / t;
@@ -25,17 +33,21 @@ std::size_t chunk_activation_elements(const GPTConfig& c, const PlanLayout& l, i
   const std::size_t outside = rows * C + (head ? N * C + 2 * rows + N * Vl + N : 0);
   const int L = stage_blocks(c, S, s);
   const std::size_t Ls = static_cast<std::size_t>(L);
+  // The saved attention tensors (att or lse) in the set: one per block slot, one shared (selective).
+  const auto with = [&](std::size_t all, std::size_t att_copies) {
+    return ChunkElements{all, l.attention == AttentionKind::kNaive ? 0 : att_copies * att};
+  };
   switch (l.checkpoint.kind) {
-    case CheckpointPolicy::Kind::kNone: return outside + Ls * block;
-    case CheckpointPolicy::Kind::kSelective: return outside + Ls * (block - att) + att;
+    case CheckpointPolicy::Kind::kNone: return with(outside + Ls * block, Ls);
+    case CheckpointPolicy::Kind::kSelective: return with(outside + Ls * (block - att) + att, 1);
     case CheckpointPolicy::Kind::kEveryK:
     case CheckpointPolicy::Kind::kSqrtL: {
       const std::size_t k = static_cast<std::size_t>(activation_slots(l.checkpoint, L));
       const std::size_t segments = static_cast<std::size_t>(segment_count(l.checkpoint, L));
-      return outside + segments * rows * C + k * block;  // boundaries (and the output), one segment
+      return with(outside + segments * rows * C + k * block, k);  // boundaries (and the output), one segment
     }
   }
-  return 0;
+  return {};
 }
 
 // The output gradients ZB-H1's input backward (B) keeps for the deferred weight backward (W), per
@@ -47,21 +59,24 @@ std::size_t weight_tape_elements(const GPTConfig& c, const PlanLayout& l, int s,
   return static_cast<std::size_t>(stage_blocks(c, S, s)) * N * (3 * Cl + c.channels + 4 * Cl + c.channels);
 }
 
-// The peak of one pipeline rank's saved activations over its schedule (stage 05): a forward
+// The peak bytes of one pipeline rank's saved activations over its schedule (stage 05): a forward
 // saves one micro-batch's set of its chunk, a backward frees it; ZB-H1's B keeps the set and adds
 // the weight tape, its W frees both. Without a pipeline the micro-batches run one at a time.
-std::size_t peak_activation_elements(const GPTConfig& c, const PlanLayout& l, const PipelineShape& shape, int rank) {
+// (Whole numbers of bytes, far below 2^53: the sums are exact in double.)
+double peak_activation_bytes(const GPTConfig& c, const PlanLayout& l, const PipelineShape& shape, int rank,
+                             const StateBytes& bytes) {
   const int S = shape.model_stages();
-  if (l.pp == 1) return chunk_activation_elements(c, l, 0, 1);
-  std::size_t now = 0, peak = 0;
+  if (l.pp == 1) return chunk_activation_elements(c, l, 0, 1).bytes(bytes);
+  double now = 0, peak = 0;
   for (const Action& a : compute_order(shape, rank)) {
     const int s = model_stage(shape, rank, a.chunk);
-    const std::size_t set = chunk_activation_elements(c, l, s, S);
+    const double set = chunk_activation_elements(c, l, s, S).bytes(bytes);
+    const double tape = bytes.activation * static_cast<double>(weight_tape_elements(c, l, s, S));
     switch (a.kind) {
       case ActionKind::kForward: now += set; break;
       case ActionKind::kBackward: now -= set; break;
-      case ActionKind::kBackwardInput: now += weight_tape_elements(c, l, s, S); break;
-      case ActionKind::kBackwardWeight: now -= set + weight_tape_elements(c, l, s, S); break;
+      case ActionKind::kBackwardInput: now += tape; break;
+      case ActionKind::kBackwardWeight: now -= set + tape; break;
       default: break;
     }
     peak = std::max(peak, now);
@@ -73,7 +88,7 @@ std::size_t peak_activation_elements(const GPTConfig& c, const PlanLayout& l, co
 
 std::size_t plan_activation_elements(const GPTConfig& c, const PlanLayout& layout, int stage) {
   const PipelineShape shape = layout.pipeline_shape();
-  return chunk_activation_elements(c, layout, model_stage(shape, stage, 0), shape.model_stages());
+  return chunk_activation_elements(c, layout, model_stage(shape, stage, 0), shape.model_stages()).all;
 }
 
 PlanMemory model_state_memory(const StateBytes& bytes, int zero, std::size_t psi, int d) {
@@ -95,7 +110,7 @@ PlanMemory plan_memory(const GPTConfig& c, const PlanLayout& l, int stage) {
   for (int chunk = 0; chunk < shape.chunks; ++chunk) psi += rank_params(c, l.tp, S, model_stage(shape, stage, chunk));
   PlanMemory m = model_state_memory(bytes, l.zero, psi, l.dp);
   m.stage = stage;
-  m.activations = bytes.activation * static_cast<double>(peak_activation_elements(c, l, shape, stage));
+  m.activations = peak_activation_bytes(c, l, shape, stage, bytes);
   return m;
 }
 

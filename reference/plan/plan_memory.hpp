@@ -12,7 +12,8 @@
 // per micro-batch of b sequences of T tokens, N = b T rows, tensor-parallel width Cl = C / t and
 // sequence-parallel rows Nl = N / t (N without sequence parallelism):
 //   one block    2 N C + 2 Nl C + 12 N Cl + 4 Nl + (NH / t) b T^2     (t = 1: 16 N C + 4 N + NH b T^2)
-//                with stage 08's chunked or flash attention (NH / t) b T instead of (NH / t) b T^2
+//                with stage 08's chunked or flash attention (NH / t) b T instead of (NH / t) b T^2,
+//                the lse, at 4 bytes in every precision (StateBytes::lse; the rest at `activation`)
 //   outside      Nl C (the blocks' input) + with the head: N C + 2 Nl + N ceil(V / t) + N
 // with checkpointing (stage 02) the blocks keep one segment of k blocks plus a boundary per
 // segment. A pipeline rank's peak is found by walking its schedule (stage 05's action lists): a

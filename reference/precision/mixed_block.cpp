@@ -4,9 +4,21 @@
 // half tensors. The backward pass rounds the activation gradients the same way, and the
 // parameter gradients are added in fp32 to the widened half gradients and rounded once per block.
 // These are the model's BlockRunner functions: model/block_walk.cpp decides when each runs.
+//
+// Stage 08: the attention step is the one the model picked for its kind (attention_step of
+// model/attention_block.hpp: naive, chunked or flash), run on the staging like every other layer
+// call; its output (atty) is rounded to half as every layer output is, and naive's probabilities
+// too. The log-sum-exp that chunked and flash save, lse (B,NH,T), is not rounded: it stays fp32.
+// Backward recomputes every probability from it, p = exp(s - lse). bf16 keeps 8 significant bits:
+// between 8 and 16 its values are 2^-4 apart, so an lse near 10 would be off by up to 2^-5 = 0.03,
+// and every recomputed probability of that query by the same factor exp(0.03), up to 3%: the row
+// would no longer sum to 1, an error on every row of the gradients (fp16, 8 times finer, would
+// still be off by up to 0.4%). FlashAttention keeps lse in fp32 for the same reason, and the GPU
+// model keeps it among its fp32 statistics. It costs NH B T floats per block slot, 4 bytes where
+// half storage would take 2, against the NH B T^2 half probabilities of naive that it replaces.
+#include <algorithm>
 #include <cstring>
 
-#include "model/layers/attention.hpp"
 #include "model/layers/gelu.hpp"
 #include "model/layers/layernorm.hpp"
 #include "model/layers/matmul.hpp"
@@ -21,6 +33,7 @@ void MixedPrecisionModel::forward_block(int l, int slot, ActPlace x) {
   widen_params(stage_.wblock, master_view_.blocks[l].ln1_w, block_params_);
   block_forward_staged();
   narrow(acts_.blocks[slot], stage_.acts_base, stage_.acts_count);
+  if (stage_.lse_count) std::copy_n(stage_.acts.lse, stage_.lse_count, acts_.lse[slot]);  // fp32, as computed
   if (acts_.shared_att)
     narrow(acts_.shared_att, stage_.acts.att,
            static_cast<std::size_t>(config_.num_heads) * acts_.B * acts_.T * acts_.T);
@@ -30,6 +43,7 @@ void MixedPrecisionModel::forward_block(int l, int slot, ActPlace x) {
 void MixedPrecisionModel::backward_block(int l, int slot, ActPlace x) {
   const std::size_t NC = static_cast<std::size_t>(acts_.B) * acts_.T * config_.channels;
   widen(stage_.acts_base, acts_.blocks[slot], stage_.acts_count);
+  if (stage_.lse_count) std::copy_n(acts_.lse[slot], stage_.lse_count, stage_.acts.lse);
   // The selective policy: the shared buffer holds this block's probabilities (the last block's
   // from forward, the others' from recompute_attention).
   if (acts_.shared_att)
@@ -46,7 +60,10 @@ void MixedPrecisionModel::recompute_attention(int /*l*/, int slot) {
   const int B = acts_.B, T = acts_.T, C = config_.channels, NH = config_.num_heads;
   const std::size_t NC = static_cast<std::size_t>(B) * T * C, att = static_cast<std::size_t>(NH) * B * T * T;
   widen(stage_.acts.qkv, acts_.blocks[slot] + (stage_.acts.qkv - stage_.acts_base), 3 * NC);
-  attention_forward(stage_.scratch.proj, stage_.acts.att, stage_.acts.qkv, B, T, C, NH);  // output discarded
+  // (naive only: check_attention_policy refuses selective with chunked and flash)
+  BlockActs<float> a = stage_.acts;
+  a.atty = stage_.scratch.proj;  // the output is discarded
+  attention_step_.forward(a, stage_.scratch.dtt, B, T, C, NH);
   round(stage_.acts.att, att);
   narrow(acts_.shared_att, stage_.acts.att, att);
   ++attention_recomputes_;
@@ -75,9 +92,9 @@ void MixedPrecisionModel::block_forward_staged() {
   round(a.ln1_rstd, N);
   matmul_forward(a.qkv, a.ln1, w.qkv_w, w.qkv_b, N, C, 3 * C);
   round(a.qkv, 3 * NC);
-  attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
+  attention_step_.forward(a, stage_.scratch.dtt, B, T, C, NH);  // naive: att; chunked, flash: lse (kept fp32)
   round(a.atty, NC);
-  round(a.att, static_cast<std::size_t>(NH) * N * T);
+  if (a.att) round(a.att, static_cast<std::size_t>(NH) * N * T);
   matmul_forward(proj, a.atty, w.attproj_w, w.attproj_b, N, C, C);
   round(proj, NC);
   residual_forward(a.residual2, x, proj, NC);
@@ -114,7 +131,7 @@ void MixedPrecisionModel::block_backward_staged() {
   round(dres, NC);
   matmul_backward(s.dbtc, g.attproj_w, g.attproj_b, dres, a.atty, w.attproj_w, N, C, C);
   round(s.dbtc, NC);
-  attention_backward(s.dwide, s.dtt, s.dbtc, a.qkv, a.att, B, T, C, NH);  // dqkv (B,T,3C) in dwide
+  attention_step_.backward(s.dwide, s.dtt, s.dbtc, a, B, T, C, NH);  // dqkv (B,T,3C) in dwide
   round(s.dwide, 3 * NC);
   matmul_backward(s.dbtc, g.qkv_w, g.qkv_b, s.dwide, a.ln1, w.qkv_w, N, C, 3 * C);
   round(s.dbtc, NC);

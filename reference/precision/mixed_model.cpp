@@ -106,30 +106,48 @@ std::vector<float> MixedPrecisionModel::grads_as_float() const {
   return g;
 }
 
+MixedActivationElements mixed_activation_elements(const GPTConfig& config, int B, int T, const CheckpointPolicy& policy,
+                                                  AttentionKind attention) {
+  // One lse per block slot (L, or one segment's k); selective, with its shared att, is naive only.
+  const std::size_t lse = attention == AttentionKind::kNaive
+                              ? 0
+                              : static_cast<std::size_t>(activation_slots(policy, config.num_layers)) *
+                                    static_cast<std::size_t>(
+                                        attention_activation_elems(attention, B, config.num_heads, T));
+  return {activation_elements(config, B, T, policy, ModelSlice{}, attention) - lse, lse};
+}
+
 void MixedPrecisionModel::ensure_buffers(int B, int T) {
   const bool same_policy = acts_.policy.kind == policy_.kind && acts_.policy.every == policy_.every;
-  if (acts_.B == B && acts_.T == T && same_policy) return;
+  if (acts_.B == B && acts_.T == T && same_policy && acts_.attention == attention_) return;
   const std::size_t C = config_.channels, V = config_.vocab_size, NH = config_.num_heads;
   const std::size_t BT = static_cast<std::size_t>(B) * T, BTC = BT * C, att = NH * BT * T;
-  const std::size_t block = block_act_elements(B, T, config_.channels, config_.num_heads);
+  // 16 BTC + 4 BT + att (naive) or lse (chunked, flash)
+  const std::size_t block = block_act_elements(B, T, config_.channels, config_.num_heads, attention_);
+  const std::size_t scratch = attention_scratch_elements(attention_, T);
   act_buffer_ = Buffer<std::uint16_t>();  // free the old ones first, so the peak is not their sum
+  lse_buffer_ = Buffer<float>();
   stage_buffer_ = Buffer<float>();
-  // Half activations: exactly the fp32 model's element count, at 2 bytes each.
-  act_buffer_ = Buffer<std::uint16_t>(activation_elements(config_, B, T, policy_), MemCategory::kActivations, tracker_);
-  stage_buffer_ = Buffer<float>(block + 10 * BTC + static_cast<std::size_t>(T) * T + 3 * BT + 2 * BT * V,
-                                MemCategory::kWorkspace, tracker_);
+  // Half activations: the fp32 model's element count at 2 bytes each, except the lse of chunked
+  // and flash, kept in fp32 (mixed_block.cpp).
+  const MixedActivationElements saved = mixed_activation_elements(config_, B, T, policy_, attention_);
+  act_buffer_ = Buffer<std::uint16_t>(saved.half, MemCategory::kActivations, tracker_);
+  if (saved.fp32 > 0) lse_buffer_ = Buffer<float>(saved.fp32, MemCategory::kActivations, tracker_);
+  stage_buffer_ = Buffer<float>(block + 10 * BTC + scratch + 3 * BT + 2 * BT * V, MemCategory::kWorkspace, tracker_);
   Carver<float> p(stage_buffer_.data(), stage_buffer_.size());
-  // One block in fp32, laid out as a half slot; the selective policy's att goes at the end.
+  // One block in fp32, laid out as a half slot; the selective policy's att and the lse of chunked
+  // and flash go at the end (neither is part of the half slot).
   const bool shared_att = policy_.kind == CheckpointPolicy::Kind::kSelective;
   stage_.acts_base = p.position();
-  assign_block_acts(stage_.acts, p, B, T, config_.channels, config_.num_heads, !shared_att);
+  assign_block_acts(stage_.acts, p, B, T, config_.channels, config_.num_heads, attention_, !shared_att);
   if (shared_att) stage_.acts.att = p.take(att);
-  stage_.acts_count = shared_att ? block - att : block;
+  stage_.lse_count = stage_.acts.lse ? NH * BT : 0;
+  stage_.acts_count = block - (shared_att ? att : 0) - stage_.lse_count;
   stage_.residual3_offset = static_cast<std::size_t>(stage_.acts.residual3 - stage_.acts_base);
   stage_.scratch.proj = p.take(BTC);
   stage_.scratch.dbtc = p.take(BTC);
   stage_.scratch.dwide = p.take(4 * BTC);
-  stage_.scratch.dtt = p.take(static_cast<std::size_t>(T) * T);
+  stage_.scratch.dtt = p.take(scratch);  // naive's T x T; chunked's and flash's workspace
   stage_.x = p.take(BTC);
   stage_.lnf = p.take(BTC);
   stage_.dres = p.take(BTC);
@@ -151,6 +169,7 @@ void MixedPrecisionModel::assign_activations(int B, int T) {
   acts_.B = B;
   acts_.T = T;
   acts_.policy = policy_;
+  acts_.attention = attention_;
   acts_.encoded = p.take(BTC);
   acts_.boundaries.assign(1, acts_.encoded);
   acts_.shared_att = nullptr;
@@ -161,6 +180,12 @@ void MixedPrecisionModel::assign_activations(int B, int T) {
   acts_.blocks.resize(static_cast<std::size_t>(activation_slots(policy_, layers)));
   for (auto& b : acts_.blocks) b = p.take(stage_.acts_count);
   if (policy_.kind == CheckpointPolicy::Kind::kSelective) acts_.shared_att = p.take(att);
+  // Chunked and flash: each slot's lse, fp32, in its own buffer.
+  Carver<float> lse(lse_buffer_.data(), lse_buffer_.size());
+  acts_.lse.clear();
+  if (stage_.lse_count > 0)
+    for (std::size_t slot = 0; slot < acts_.blocks.size(); ++slot) acts_.lse.push_back(lse.take(stage_.lse_count));
+  SCALELAB_CHECK(lse.used_all(), "lse layout does not add up");
   if (!has_segments(policy_)) acts_.final_input = block_output(layers - 1);
   carve_head_acts(acts_, p, p, B, T, static_cast<int>(C), static_cast<int>(V));
   SCALELAB_CHECK(p.used_all(), "half activation layout does not add up");

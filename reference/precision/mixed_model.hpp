@@ -6,6 +6,7 @@
 //   master weights             fp32                              optimizer         4
 //   AdamW m and v              fp32 (the trainer's AdamW)        optimizer         8
 //   saved activations          half                              activations       1/2 of fp32
+//   lse of chunked/flash attn  fp32, (B,NH,T) per block slot      activations       (stage 08)
 //
 // Every layer is computed as a tensor core computes it: its half inputs are widened to fp32
 // (exactly), the layer runs in fp32 (the fp32 layer functions of reference/model/layers), and
@@ -15,13 +16,17 @@
 //
 // The optimizer step (precision/mixed_step.cpp) unscales the half gradients chunk by chunk,
 // skips the step on inf/NaN, updates the fp32 master weights and rounds them back to half.
-// Checkpoint policies (stage 02) and gradient accumulation (stage 01) work unchanged.
+// Checkpoint policies (stage 02) and gradient accumulation (stage 01) work unchanged, and so does
+// the attention kind (stage 08, --attention naive|chunked|flash): the attention step of
+// model/attention_block.hpp runs on the staging like every other layer, its output rounded to
+// half; the log-sum-exp of chunked and flash stays fp32 (mixed_block.cpp says why).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "core/memory.hpp"
+#include "model/attention_block.hpp"
 #include "model/block.hpp"
 #include "model/block_walk.hpp"
 #include "model/train_model.hpp"
@@ -31,12 +36,15 @@ namespace scalelab {
 
 // Where the half activations live: the same pieces as Activations<F> (model/gpt.hpp). A block's
 // saved tensors are one contiguous range laid out like BlockActs<float> (assign_block_acts), so
-// a whole block widens to fp32 and narrows back with one conversion.
+// a whole block widens to fp32 and narrows back with one conversion; only the lse of chunked and
+// flash attention is kept apart, in fp32 (precision/mixed_block.cpp).
 struct HalfActivations {
   int B = 0, T = 0;
   CheckpointPolicy policy;
+  AttentionKind attention = AttentionKind::kNaive;
   std::uint16_t* encoded;                  // (B,T,C)
   std::vector<std::uint16_t*> blocks;      // start of each block slot (L, or one segment's worth)
+  std::vector<float*> lse;                 // chunked, flash: each slot's lse (B,NH,T) in fp32; empty for naive
   std::uint16_t* shared_att = nullptr;     // (B,NH,T,T) the selective policy's shared probabilities
   std::vector<std::uint16_t*> boundaries;  // segment inputs (B,T,C); [0] is `encoded`
   std::uint16_t* final_input;              // (B,T,C)
@@ -46,6 +54,18 @@ struct HalfActivations {
   std::uint16_t* probs;                    // (B,T,V)
   std::uint16_t* losses;                   // (B,T)
 };
+
+// The saved activations of the mixed-precision model for one batch (B, T), checkpoint policy and
+// attention kind: `half` elements of 2 bytes, the fp32 model's count (activation_elements of
+// model/gpt.hpp) less the lse, and `fp32` elements of 4 bytes, the lse (B,NH,T) of each block slot
+// with chunked or flash attention (none with naive). With naive this is exactly half the fp32
+// model's bytes; with chunked or flash each block slot holds NH B T^2 half elements less than
+// naive's and NH B T fp32 elements more.
+struct MixedActivationElements {
+  std::size_t half = 0, fp32 = 0;
+};
+MixedActivationElements mixed_activation_elements(const GPTConfig& config, int B, int T, const CheckpointPolicy& policy,
+                                                  AttentionKind attention);
 
 // The blocks run through the one walk of model/block_walk.cpp; the model is its BlockRunner
 // (privately: only forward and backward drive it), staging each block through fp32.
@@ -60,7 +80,20 @@ class MixedPrecisionModel final : public TrainModel, private BlockRunner {
   double forward(const int* tokens, const int* targets, int B, int T) override;
   void backward(double loss_scale) override;
   void zero_grad() override;
-  void set_checkpoint_policy(const CheckpointPolicy& policy) override { policy_ = policy; }
+  // Selective checkpointing with chunked or flash attention is refused (check_attention_policy),
+  // in either order, as the fp32 model refuses it.
+  void set_checkpoint_policy(const CheckpointPolicy& policy) override {
+    check_attention_policy(attention_, policy);
+    policy_ = policy;
+  }
+  // Stage 08: the attention step the blocks run (model/attention_block.hpp), picked once here.
+  // Takes effect at the next forward.
+  void set_attention(AttentionKind kind) override {
+    check_attention_policy(kind, policy_);
+    attention_ = kind;
+    attention_step_ = attention_step<float>(kind);
+  }
+  AttentionKind attention() const { return attention_; }
   // The fp32 GPT-2 initialisation of model/gpt.hpp into the master weights, then rounded to half.
   void init_weights(std::uint64_t seed) override;
   const float* master_params() const override { return master_.data(); }
@@ -81,7 +114,8 @@ class MixedPrecisionModel final : public TrainModel, private BlockRunner {
   struct Staging {
     BlockActs<float> acts{};     // one block's saved activations
     float* acts_base = nullptr;  // start of `acts`: the same layout as a half block slot
-    std::size_t acts_count = 0;  // elements of a half block slot (without att when shared)
+    std::size_t acts_count = 0;  // elements of a half block slot (without att when shared, without lse)
+    std::size_t lse_count = 0;   // elements of acts.lse (chunked and flash; 0 for naive)
     std::size_t residual3_offset = 0;
     float *wblock, *gblock;     // one block's weights and gradients (block_params_ each)...
     BlockView<float> w{}, g{};  // ...as named views
@@ -131,6 +165,7 @@ class MixedPrecisionModel final : public TrainModel, private BlockRunner {
   ParamView<float> master_view_;  // named views into master_, and through offset_of() into the rest
   std::size_t block_params_ = 0;  // parameters of one block (contiguous in the layout)
   Buffer<std::uint16_t> act_buffer_;
+  Buffer<float> lse_buffer_;    // chunked and flash: the block slots' lse, fp32 (activations)
   Buffer<float> weight_stage_;  // fp32 staging of weights and gradients (workspace, fixed size)
   Buffer<float> stage_buffer_;  // fp32 staging of activations (workspace, sized by B and T)
   Buffer<float> chunk_;         // the optimizer step's fp32 gradient chunk (workspace)
@@ -138,6 +173,8 @@ class MixedPrecisionModel final : public TrainModel, private BlockRunner {
   Staging stage_;
   std::vector<int> tokens_, targets_;
   CheckpointPolicy policy_;
+  AttentionKind attention_ = AttentionKind::kNaive;                                     // stage 08
+  AttentionStep<float> attention_step_ = attention_step<float>(AttentionKind::kNaive);  // attention_'s
   std::size_t block_forwards_ = 0;
   std::size_t attention_recomputes_ = 0;
 };

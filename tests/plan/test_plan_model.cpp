@@ -2,18 +2,22 @@
 // layouts (model/params.hpp slices for pipeline ranks, dist/tp_layout.hpp for tensor-parallel
 // ranks), activations against model/gpt.hpp's count (which stage 00 and 02's tests check against
 // the memory tracker), model states against ZeRO's (dist/zero_shards.hpp), traffic against the
-// ring's exact counts that stage 07's test measures. All exact (integers).
+// ring's exact counts that stage 07's test measures; bf16 with every attention kind against the
+// mixed-precision model's memory tracker. All exact (integers).
 #include <catch2/catch.hpp>
 
+#include "batch.hpp"
 #include "comm/partition.hpp"
 #include "dist/pipeline_stage_model.hpp"
 #include "dist/tp_layout.hpp"
 #include "dist/zero_shards.hpp"
 #include "model/gpt.hpp"
 #include "model/params.hpp"
+#include "optim/adamw.hpp"
 #include "plan/plan_memory.hpp"
 #include "plan/plan_model.hpp"
 #include "plan/plan_traffic.hpp"
+#include "precision/mixed_model.hpp"
 
 using namespace scalelab;
 
@@ -140,4 +144,44 @@ TEST_CASE("chunked and flash attention save B NH T per block where naive saves B
       CHECK(plan_activation_elements(c, naive, 0) - plan_activation_elements(c, flash, 0) ==
             static_cast<std::size_t>(c.num_layers) * per_block);
     }
+}
+
+// Stages 03 and 08 together: the planner's bf16 bytes per rank against a bf16 run of the
+// mixed-precision model (one micro-batch of b rows; the model, its AdamW state and its saved
+// activations as the tracker counts them). The lse of chunked and flash is fp32 in the model
+// (precision/mixed_block.cpp), so the planner counts it at 4 bytes (StateBytes::lse) and the rest
+// of the activations at 2: naive's half bytes less 2 NH b T^2 and plus 4 NH b T per block slot.
+TEST_CASE("bf16 with chunked and flash attention: the planner's bytes equal the mixed model's tracker", "[plan]") {
+  const GPTConfig c = gpt_config_of_shape(64, 70, 32, 4, 4, "plan-mixed");  // T 70: two 64-key tiles
+  for (const AttentionKind kind : {AttentionKind::kNaive, AttentionKind::kChunked, AttentionKind::kFlash})
+    for (const char* policy : {"none", "every:1", "sqrt", "selective"})
+      for (int b : {1, 3}) {
+        if (kind != AttentionKind::kNaive && std::string(policy) == "selective") continue;  // refused
+        PlanLayout l;
+        l.micro_rows = b;
+        l.micro_batches = 2;  // accumulation: the peak is one micro-batch's
+        l.checkpoint = CheckpointPolicy::parse(policy);
+        l.attention = kind;
+        l.precision = "bf16";
+        const PlanMemory want = plan_memory(c, l, 0);
+        MemoryTracker tracker;
+        MixedPrecisionModel model(c, HalfFormat::kBF16, &tracker);
+        AdamW adamw(model.num_params(), AdamWConfig{}, &tracker);
+        model.init_weights(3);
+        model.set_checkpoint_policy(l.checkpoint);
+        model.set_attention(kind);
+        const scalelab_test::Batch batch = scalelab_test::random_batch(c.vocab_size, b, c.max_seq_len, 4);
+        model.forward(batch.tokens.data(), batch.targets.data(), b, c.max_seq_len);
+        model.backward(1.0);
+        INFO("bf16 --attention " << attention_kind_name(kind) << " --checkpoint " << policy << ", b " << b
+                                 << ": measured params/grads/optimizer/activations "
+                                 << tracker.peak(MemCategory::kParams) << "/" << tracker.peak(MemCategory::kGrads)
+                                 << "/" << tracker.peak(MemCategory::kOptimizer) << "/"
+                                 << tracker.peak(MemCategory::kActivations) << " bytes, planner " << want.params << "/"
+                                 << want.grads << "/" << want.optimizer << "/" << want.activations);
+        CHECK(static_cast<double>(tracker.peak(MemCategory::kParams)) == want.params);
+        CHECK(static_cast<double>(tracker.peak(MemCategory::kGrads)) == want.grads);
+        CHECK(static_cast<double>(tracker.peak(MemCategory::kOptimizer)) == want.optimizer);
+        CHECK(static_cast<double>(tracker.peak(MemCategory::kActivations)) == want.activations);
+      }
 }

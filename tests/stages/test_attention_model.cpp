@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "activation_formula.hpp"
+#include "attention_shape.hpp"
 #include "batch.hpp"
 #include "comm/local_communicator.hpp"
 #include "compare.hpp"
@@ -33,11 +34,10 @@ using namespace scalelab_test;
 
 namespace {
 
-// T = 70: more than one 64-key chunk or tile, and not a multiple of 64 (a partial last tile).
-// L = 4 so that every:2 and sqrt (= 2) have two segments, the first of them recomputed.
-const prior::ModelShape kShape{64, 70, 32, 4, 4};  // V, T, C, L, NH
-constexpr int kB = 2, kT = 70;
-constexpr std::uint64_t kSeed = 21;
+// T = 70, L = 4 (attention_shape.hpp says why).
+const prior::ModelShape kShape = kAttentionShape;
+constexpr int kB = kAttentionB, kT = kAttentionT;
+constexpr std::uint64_t kSeed = kAttentionSeed;
 constexpr int kSteps = 3;
 
 // Measured worst per-tensor relative norm errors against naive (B=2, T=70): float gradients
@@ -279,15 +279,16 @@ TEST_CASE("attention settings that cannot run are refused naming the setting and
                           Catch::Contains("use --checkpoint every:K or sqrt, or --attention naive"));
     }
   }
-  SECTION("--attention flash --precision bf16 (and fp16)") {
+  SECTION("--attention chunked/flash --precision bf16 (and fp16): runs, and refuses selective checkpointing") {
+    // The numbers: tests/precision/test_mixed_attention.cpp.
     for (const char* precision : {"bf16", "fp16"}) {
       MemoryTracker tracker;
       const auto model = make_train_model(config, precision, &tracker);
-      CHECK_NOTHROW(model->set_attention(AttentionKind::kNaive));
-      CHECK_THROWS_WITH(model->set_attention(AttentionKind::kFlash),
-                        Catch::Contains("attention: --attention flash is not built for the") &&
-                            Catch::Contains(precision) &&
-                            Catch::Contains("use --attention naive, or --precision fp32"));
+      for (const AttentionKind kind : {AttentionKind::kNaive, AttentionKind::kChunked, AttentionKind::kFlash})
+        CHECK_NOTHROW(model->set_attention(kind));
+      CHECK_THROWS_WITH(model->set_checkpoint_policy(CheckpointPolicy::parse("selective")),
+                        Catch::Contains("checkpoint: --checkpoint selective") &&
+                            Catch::Contains("--attention flash never stores"));
     }
   }
   SECTION("--attention chunked/flash --tp: runs, and refuses selective checkpointing as the GPT does") {

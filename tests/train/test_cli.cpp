@@ -90,21 +90,43 @@ TEST_CASE("scalelab train refuses a bad parallel layout before reading any data"
       {"train --options-file /no/options.json --steps 3",
        "error: options_file: --options-file gives every option, and --steps was given too"},
       {"ladder --ranks 3 --stages 04", "error: batch: 8 rows do not split into 3 ranks x 1 micro-batches"},
-      // Stage 08: the attention's name, its combination with selective checkpointing, and a model
-      // without chunked or flash attention (refused when the model is built, before any step).
+      // Stage 08: the attention's name and its combination with selective checkpointing (every
+      // CPU model runs chunked and flash, mixed precision included: see the next test case).
       {"train --attention bogus", "error: --attention: unknown attention 'bogus'; use naive, chunked or flash"},
       {"train --attention flash --checkpoint selective",
        "error: checkpoint: --checkpoint selective recomputes the (B,NH,T,T) attention probabilities, which "
        "--attention flash never stores"},
-      {"train --attention chunked --precision bf16 --steps 1",
-       "error: attention: --attention chunked is not built for the bf16 model in this build (only the fp32 CPU model "
-       "runs it); use --attention naive, or --precision fp32"},
+      {"train --attention flash --precision bf16 --checkpoint selective",
+       "error: checkpoint: --checkpoint selective recomputes the (B,NH,T,T) attention probabilities, which "
+       "--attention flash never stores"},
   };
   for (const auto& c : cases) {
     const CliResult r = run_cli(c.args);
     INFO("scalelab " << c.args << "\n  exit status " << r.status << "\n  output: " << r.output);
     CHECK(r.status == 2);
     CHECK(r.output.find(c.message) != std::string::npos);
+  }
+}
+
+TEST_CASE("scalelab train runs mixed precision with flash and chunked attention", "[cli]") {
+  // Stages 03 and 08 together (the numbers: tests/precision/test_mixed_attention.cpp), with
+  // accumulation and segment checkpointing; the refusal of earlier builds is gone.
+  struct Case {
+    const char *args, *settings;
+  };
+  const Case cases[] = {
+      {"train --precision bf16 --attention flash --steps 2 --batch 4 --context 70 --grad-accum 2 --checkpoint sqrt",
+       "bf16, grad-accum 2, checkpoint sqrt, attention flash"},
+      {"train --precision fp16 --attention chunked --steps 2 --batch 2 --seq-len 32",
+       "fp16, grad-accum 1, checkpoint none, attention chunked"},
+  };
+  for (const Case& c : cases) {
+    const CliResult r = run_cli(c.args);
+    INFO("scalelab " << c.args << "\n  exit status " << r.status << "\n  output: " << r.output);
+    CHECK(r.status == 0);
+    CHECK(r.output.find("is not built for") == std::string::npos);
+    CHECK(r.output.find(c.settings) != std::string::npos);
+    CHECK(r.output.find("step     2/2") != std::string::npos);
   }
 }
 
