@@ -31,10 +31,10 @@ class TrainModel {
   virtual void zero_grad() = 0;
   virtual void set_checkpoint_policy(const CheckpointPolicy& policy) = 0;
   // Stage 08: which attention the blocks run (--attention). The default accepts naive and throws
-  // a ConfigError for chunked and flash (the GPU models keep it); the CPU models (Fp32TrainModel,
-  // ZeroModel, PipelineStageModel, TensorParallelModel, and MixedPrecisionModel in bf16 and
-  // fp16) run all three. Call it after set_checkpoint_policy: selective with chunked or flash is
-  // refused (model/attention_block.hpp).
+  // a ConfigError for chunked and flash; the CPU models (Fp32TrainModel, ZeroModel,
+  // PipelineStageModel, TensorParallelModel, and MixedPrecisionModel in bf16 and fp16) run all
+  // three, the GPU models naive and flash. Call it after set_checkpoint_policy: selective with
+  // chunked or flash is refused (model/attention_block.hpp).
   virtual void set_attention(AttentionKind kind);
   // GPT-2 initialisation (model/gpt.hpp), deterministic in the seed.
   virtual void init_weights(std::uint64_t seed) = 0;
