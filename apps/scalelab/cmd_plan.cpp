@@ -71,7 +71,8 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--channels", f->shape.channels, "Channels C (0: the model's)");
   cmd->add_option("--layers", f->shape.num_layers, "Layers L (0: the model's)");
   cmd->add_option("--heads", f->shape.num_heads, "Heads NH (0: the model's)");
-  cmd->add_option("--cluster", f->cluster, "h100-sxm, a100-sxm-80gb or h100-measured")->capture_default_str();
+  cmd->add_option("--cluster", f->cluster, "h100-sxm, a100-sxm-80gb, h100-measured or h200-measured")
+      ->capture_default_str();
   cmd->add_option("--nodes", f->nodes, "Nodes")->capture_default_str();
   cmd->add_option("--gpus-per-node", f->gpus_per_node, "GPUs (ranks) per node")->capture_default_str();
   cmd->add_option("--gpu-memory-gib", f->memory_gib, "Memory per GPU in GiB (0: the preset's)");

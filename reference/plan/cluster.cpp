@@ -26,12 +26,17 @@ struct Preset {
 //    (docs/results/gpu-nvidia-h100-80gb-hbm3.md): device memory 79.1 GiB, the bf16 GEMM ceiling
 //    803.2 TFLOP/s, and its own bf16 GPT-2 124M step at 15.5% of that ceiling. The links were not
 //    measured (one GPU): the datasheet's.
+//  - The same on one H200 with CUDA 13 (docs/results/gpu-nvidia-h200.md): 139.8 GiB, the bf16
+//    GEMM ceiling 797.4 TFLOP/s, the bf16 GPT-2 124M step (B 8, T 1024, padded LM head) at 24.6%
+//    of it; NVLink 4 and one 400 Gb/s adapter per GPU as in an HGX H200 (not measured).
 const Preset kPresets[] = {
     {"h100-sxm", 80e9, 450, 50, 989, 0.40, "H100 SXM datasheet; efficiency 0.40 as tuned Megatron-LM runs report"},
     {"a100-sxm-80gb", 80e9, 300, 25, 312, 0.45,
      "A100 SXM4 80GB datasheet; efficiency 0.45 (Megatron-LM's published A100 runs)"},
     {"h100-measured", 79.1 * kGiB, 450, 50, 803.2, 0.155,
      "measured on one H100 (docs/results); links from the datasheet"},
+    {"h200-measured", 139.8 * kGiB, 450, 50, 797.4, 0.246,
+     "measured on one H200 (docs/results); links from the datasheet"},
 };
 
 }  // namespace

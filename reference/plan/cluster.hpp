@@ -24,7 +24,8 @@ struct Cluster {
   void validate() const;
 };
 
-// "h100-sxm", "a100-sxm-80gb", "h100-measured"; ConfigError naming --cluster otherwise.
+// "h100-sxm", "a100-sxm-80gb", "h100-measured", "h200-measured"; ConfigError naming --cluster
+// otherwise.
 Cluster cluster_preset(const std::string& name);
 std::vector<std::string> cluster_preset_names();
 

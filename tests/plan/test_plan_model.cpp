@@ -16,6 +16,7 @@
 #include "optim/adamw.hpp"
 #include "plan/plan_memory.hpp"
 #include "plan/plan_model.hpp"
+#include "plan/plan_time.hpp"
 #include "plan/plan_traffic.hpp"
 #include "precision/mixed_model.hpp"
 
@@ -184,4 +185,20 @@ TEST_CASE("bf16 with chunked and flash attention: the planner's bytes equal the 
         CHECK(static_cast<double>(tracker.peak(MemCategory::kOptimizer)) == want.optimizer);
         CHECK(static_cast<double>(tracker.peak(MemCategory::kActivations)) == want.activations);
       }
+}
+
+TEST_CASE("h200-measured: the planner gives back the bf16 GPT-2 step it was calibrated on", "[plan]") {
+  // docs/results/gpu-nvidia-h200.md, one H200: GPT-2 124M, B 8, T 1024, bf16, naive attention,
+  // 35.93 ms per step (227,973 tokens/s, 24.6% of the 797.4 TFLOP/s bf16 GEMM measured in the same
+  // run). The preset's peak and efficiency are those two numbers, so with the planner's FLOPs
+  // (6 psi + 12 L C T per token, the step benchmark's) one GPU's step comes back within rounding.
+  const GPTConfig c = gpt_config_by_name("gpt2");
+  PlanLayout l;
+  l.micro_rows = 8;
+  l.precision = "bf16";
+  const Cluster cluster = cluster_preset("h200-measured");
+  const PlanTime t = plan_time(c, l, cluster, plan_traffic(c, l, cluster, 0));
+  INFO("planned " << t.step_s * 1e3 << " ms, measured 35.93 ms");
+  CHECK(t.step_s == Approx(35.93e-3).epsilon(0.005));
+  CHECK(t.mfu == Approx(0.246).epsilon(0.005));
 }
