@@ -137,7 +137,7 @@ TEST_CASE("ZeRO-1 inside a pipeline: saved after 2 steps and resumed for 2 equal
   if (world.size() != 4) return;
   const Layout& l = kLayouts[0];
   INFO(where(world) << ", " << l.name);
-  const std::string state = std::filesystem::temp_directory_path() / "scalelab_compose_resume.state";
+  const std::string state = per_world_temp_path(world, "scalelab_compose_resume.state");
   TrainOptions o = options(world, l, 1);
   o.steps = 4;
   const auto runs = run_straight_and_resumed(o, state, make_strategy_factory(&world));
@@ -222,8 +222,8 @@ TEST_CASE("dp x tp x pp with ZeRO-1: saved after 2 steps and resumed for 2 equal
   TrainOptions o = options(world, {"dp 2 x tp 2 x pp 2", 2, 2}, 1);
   o.parallel.sequence_parallel = true;
   o.steps = 4;
-  const std::string state = std::filesystem::temp_directory_path() / "scalelab_compose_3d.state";
-  const std::string weights = std::filesystem::temp_directory_path() / "scalelab_compose_3d.safetensors";
+  const std::string state = per_world_temp_path(world, "scalelab_compose_3d.state");
+  const std::string weights = per_world_temp_path(world, "scalelab_compose_3d.safetensors");
   const auto runs = run_straight_and_resumed(o, state, make_strategy_factory(&world));
   Trainer& straight = *runs->straight;
   CHECK_MATCH(compare_bitwise("this rank's split of its stage, resumed vs straight",

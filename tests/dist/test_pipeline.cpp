@@ -258,7 +258,7 @@ TEST_CASE("one Chrome trace holds every rank's timeline, each rank its own track
   const Batch batch = random_batch(kShape.V, B, kShape.T, 17);
   PipelineHarness h(world, config(), p, m, "1f1b", B, kShape.T, kSeed);
   h.forward_backward(batch.tokens, batch.targets);
-  const std::string path = std::filesystem::temp_directory_path() / "scalelab_pipeline_trace.json";
+  const std::string path = per_world_temp_path(world, "scalelab_pipeline_trace.json");
   const Timeline& mine = *h.strategy->timeline();
   write_merged_chrome_trace(world, mine, path);
   // Rank 0 checks the file against every rank's own count of events.
@@ -291,7 +291,7 @@ TEST_CASE("a pipeline run saved after 2 steps and resumed for 2 equals 4 steps, 
   o.data = tiny_token_shard(world, "scalelab_pipeline_resume.bin");
   o.parallel.pp = p;
   o.parallel.micro_batches = 2;
-  const std::string state = std::filesystem::temp_directory_path() / "scalelab_pipeline_resume.state";
+  const std::string state = per_world_temp_path(world, "scalelab_pipeline_resume.state");
   for (const std::string schedule : {"1f1b", "zb-h1"}) {
     INFO(where(world) << ", " << schedule);
     o.parallel.schedule = schedule;

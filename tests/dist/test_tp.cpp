@@ -387,8 +387,8 @@ TEST_CASE("a tensor-parallel run saved after 2 steps and resumed for 2 equals 4 
   o.data = tiny_token_shard(world, "scalelab_tp_resume.bin");
   o.parallel.tp = t;
   o.parallel.sequence_parallel = true;
-  const std::string state = std::filesystem::temp_directory_path() / "scalelab_tp_resume.state";
-  const std::string weights = std::filesystem::temp_directory_path() / "scalelab_tp_resume.safetensors";
+  const std::string state = per_world_temp_path(world, "scalelab_tp_resume.state");
+  const std::string weights = per_world_temp_path(world, "scalelab_tp_resume.safetensors");
   const auto runs = run_straight_and_resumed(o, state, make_strategy_factory(&world));
   Trainer& straight = *runs->straight;
   INFO(where(world));

@@ -340,7 +340,7 @@ TEST_CASE("ZeRO checkpoints: each rank its shard; resume bitwise; reshard onto a
   o.seed = kSeed;
   o.data = tiny_token_shard(world, "scalelab_zero_resume.bin");
   o.parallel.zero = 3;
-  const std::string state = std::filesystem::temp_directory_path() / "scalelab_zero_resume.state";
+  const std::string state = per_world_temp_path(world, "scalelab_zero_resume.state");
   MemoryTracker t1, t2, t3;
   Trainer straight(o, &t1, {}, make_strategy_factory(&world));
   for (int i = 0; i < 4; ++i) straight.step();
@@ -447,8 +447,7 @@ TEST_CASE("bad ZeRO settings and files fail with one clear message", "[zero_erro
     o.grad_accum = 1;
   }
   // A shard file read as a whole checkpoint says how to resume it.
-  const std::string path = std::filesystem::temp_directory_path() /
-                           ("scalelab_zero_shard_" + std::to_string(world.rank()) + ".state");
+  const std::string path = per_world_temp_path(world, "scalelab_zero_shard_" + std::to_string(world.rank()) + ".state");
   TrainCheckpoint c;
   c.config = config();
   const std::size_t n = ParamLayout(c.config).num_params();

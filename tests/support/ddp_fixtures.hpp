@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "comm/communicator.hpp"
 #include "data/tokens.hpp"
 #include "dist/ddp.hpp"
@@ -43,11 +45,24 @@ inline scalelab::DdpStrategy& ddp_of(scalelab::Trainer& trainer) {
 
 // 3000 tokens below 64 in the temporary directory, written by rank 0 (a barrier later every
 // rank can read it). file_name keeps tests that may run at the same time apart.
+// A file in the temporary directory for this world size: temp/np<size>_<name>. ctest runs the
+// np2/np3/np4 variants of an MPI test at the same time, and they must not share files.
+inline std::string per_world_temp_path(const scalelab::Communicator& world, const std::string& name) {
+  return std::filesystem::temp_directory_path() / ("np" + std::to_string(world.size()) + "_" + name);
+}
+
+// The file name gets the world size (np4_<name>), and rank 0 writes it under a name of its own
+// and renames it into place (atomic): ctest runs the np2/np4/np8 variants of a test at the same
+// time, and a rank of one must never read the file while another's rank 0 is rewriting it.
 inline std::string tiny_token_shard(scalelab::Communicator& world, const std::string& file_name) {
-  const std::string path = std::filesystem::temp_directory_path() / file_name;
+  const std::string path = per_world_temp_path(world, file_name);
   std::vector<std::uint16_t> tokens;
   for (int i = 0; i < 3000; ++i) tokens.push_back(static_cast<std::uint16_t>((i * 5 + i / 7) % 64));
-  if (world.rank() == 0) scalelab::write_token_shard(path, tokens);
+  if (world.rank() == 0) {
+    const std::string staging = path + "." + std::to_string(::getpid()) + ".tmp";
+    scalelab::write_token_shard(staging, tokens);
+    std::filesystem::rename(staging, path);
+  }
   world.barrier();
   return path;
 }
