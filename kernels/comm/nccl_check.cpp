@@ -24,6 +24,8 @@ ncclDataType_t nccl_datatype(DataType t) {
     case DataType::kInt64: return ncclInt64;
     case DataType::kFloat32: return ncclFloat32;
     case DataType::kFloat64: return ncclFloat64;
+    case DataType::kBFloat16: return ncclBfloat16;  // NCCL adds 16-bit floats in fp32 and rounds each hop
+    case DataType::kFloat16: return ncclFloat16;
   }
   throw Error(detail::concat("unknown DataType ", static_cast<int>(t)));
 }

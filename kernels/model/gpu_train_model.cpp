@@ -121,14 +121,6 @@ float* GpuTrainModel<F>::fp32_grads() {
 }
 
 template <typename F>
-void GpuTrainModel<F>::set_grad_ready_hook(std::function<void(std::size_t)> hook) {
-  if constexpr (kMixed)
-    TrainModel::set_grad_ready_hook(std::move(hook));
-  else
-    gpt_.set_grad_ready_hook(std::move(hook));
-}
-
-template <typename F>
 void GpuTrainModel<F>::download_optimizer_state(AdamW& optimizer) const {
   SCALELAB_CHECK(optimizer.size() == num_params(), "optimizer size ", optimizer.size());
   m_.copy_to_host(optimizer.m(), num_params());

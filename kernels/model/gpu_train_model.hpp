@@ -51,11 +51,15 @@ class GpuTrainModel final : public TrainModel {
   const float* master_params() const override;
   void set_master_params(const float* values) override;
   StepOutcome optimizer_step(AdamW& optimizer, double lr, double grad_scale, double clip) override;
-  // Stage 04. fp32: the device gradient buffer, and GpuGPT's grad-ready notifications (final in
-  // stream order on stream(): see GpuGPT::set_grad_ready_hook). bf16/fp16: the gradients are
-  // half, so both throw the CPU MixedPrecisionModel's ConfigError (TrainModel's default).
+  // Stage 04: the device gradient buffer in the model's type (bf16/fp16 gradients are reduced in
+  // half over NCCL, as the CPU's MixedPrecisionModel's are over MPI), and GpuGPT's grad-ready
+  // notifications (final in stream order on stream(): see GpuGPT::set_grad_ready_hook).
+  // fp32_grads() is the fp32 model's only: mixed precision throws TrainModel's ConfigError.
   float* fp32_grads() override;
-  void set_grad_ready_hook(std::function<void(std::size_t)> hook) override;
+  GradBuffer grad_buffer() override { return {gpt_.grads().data(), DType<F>::comm_type}; }
+  void set_grad_ready_hook(std::function<void(std::size_t)> hook) override {
+    gpt_.set_grad_ready_hook(std::move(hook));
+  }
   MemorySpace grads_memory_space() const override { return MemorySpace::kDevice; }
   bool owns_optimizer_state() const override { return true; }
   void download_optimizer_state(AdamW& optimizer) const override;

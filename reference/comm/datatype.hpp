@@ -9,7 +9,10 @@
 
 namespace scalelab {
 
-enum class DataType : int { kUInt8, kInt32, kInt64, kFloat32, kFloat64 };
+// kBFloat16 and kFloat16 are 2-byte IEEE-style floats (stage 03's bf16 and fp16, stored as
+// uint16_t bits): a reduction adds (or compares) in fp32 and rounds each result to the nearest
+// representable value, ties to even, as NCCL does, so a sum over d ranks rounds d-1 times.
+enum class DataType : int { kUInt8, kInt32, kInt64, kFloat32, kFloat64, kBFloat16, kFloat16 };
 enum class ReduceOp : int { kSum, kMax, kMin };
 // Where a backend's buffers live: MPI and the one-rank communicator take host memory, NCCL
 // device memory. Callers that own both (DDP on a GPU) ask before choosing a buffer.
@@ -37,7 +40,8 @@ constexpr DataType dtype_of() {
 }
 
 // inout[i] = op(inout[i], in[i]) for i < count, on host memory: the one-rank backend's and the
-// ring's local reduction. Elementwise, so its result does not depend on how count is chunked.
+// ring's local reduction, and the MPI backend's for the 16-bit types. Elementwise, so its result
+// does not depend on how count is chunked.
 void reduce_host(void* inout, const void* in, std::size_t count, DataType t, ReduceOp op);
 
 }  // namespace scalelab

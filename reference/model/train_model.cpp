@@ -6,8 +6,10 @@
 namespace scalelab {
 
 float* TrainModel::fp32_grads() {
-  throw ConfigError("ddp: data parallelism needs fp32 gradients, and --precision " + precision_name() +
-                    " keeps them in half; use --precision fp32 with --ddp");
+  // Data parallelism reduces grad_buffer() in any type; what still asks for fp32 gradients is
+  // refused before it gets here (train/train_options.hpp: require_cpu_fp32).
+  throw ConfigError("precision: --precision " + precision_name() +
+                    " keeps the gradients in half, and this needs them in fp32; use --precision fp32");
 }
 
 void TrainModel::set_attention(AttentionKind kind) {

@@ -56,6 +56,15 @@ class TrainModel {
   // them throws ConfigError naming the setting.
   virtual float* fp32_grads();
   virtual void set_grad_ready_hook(std::function<void(std::size_t)> hook);
+  // Stage 04 with stage 03: the gradient buffer as the model keeps it, which is what data
+  // parallelism reduces. By default fp32_grads() as kFloat32 (throwing as it does); the
+  // mixed-precision models hand over their half gradients (kBFloat16 or kFloat16), which then
+  // travel and are summed in half, as PyTorch's DDP does with a bf16 model.
+  struct GradBuffer {
+    void* data = nullptr;
+    DataType type = DataType::kFloat32;
+  };
+  virtual GradBuffer grad_buffer() { return {fp32_grads(), DataType::kFloat32}; }
   // Where fp32_grads() points: host memory, or a GPU's (the GPU models). Data parallelism needs
   // a communicator working in the same memory space (Communicator::memory_space()).
   virtual MemorySpace grads_memory_space() const { return MemorySpace::kHost; }

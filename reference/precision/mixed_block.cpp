@@ -53,6 +53,7 @@ void MixedPrecisionModel::backward_block(int l, int slot, ActPlace x) {
   widen_grads(stage_.gblock, master_view_.blocks[l].ln1_w, block_params_);
   block_backward_staged();
   store_grads(master_view_.blocks[l].ln1_w, stage_.gblock, block_params_);
+  notify_grads_ready(master_view_.blocks[l].ln1_w);  // block l's gradients are final
 }
 
 void MixedPrecisionModel::recompute_attention(int /*l*/, int slot) {

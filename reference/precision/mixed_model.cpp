@@ -251,11 +251,13 @@ void MixedPrecisionModel::backward(double loss_scale) {
   round(stage_.dres, NC);
   store_grads(master_view_.lnf_w, stage_.glnf_w, C);
   store_grads(master_view_.lnf_b, stage_.glnf_b, C);
+  notify_grads_ready(master_view_.lnf_w);  // ln_f's gradients are final
   walk_blocks_backward(*this, policy_);
   // The embeddings, then wte's and wpe's gradients rounded to half once.
   encoder_backward(stage_.gwte, stage_.gwpe, stage_.dres, tokens_.data(), B, T, C);
   store_grads(master_view_.wte, stage_.gwte, VC);
   store_grads(master_view_.wpe, stage_.gwpe, TC);
+  notify_grads_ready(master_view_.wte);  // the embeddings (offset 0) are final
 }
 
 }  // namespace scalelab

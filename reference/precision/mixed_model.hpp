@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/memory.hpp"
@@ -101,6 +102,12 @@ class MixedPrecisionModel final : public TrainModel, private BlockRunner {
   StepOutcome optimizer_step(AdamW& optimizer, double lr, double grad_scale, double clip) override;
   std::size_t block_forward_count() const override { return block_forwards_; }
   std::string precision_name() const override { return half_format_name(format_); }
+  // Stage 04 in mixed precision: data parallelism reduces the half gradients themselves, and is
+  // told when a block's are final, at the same points as the fp32 model (GPTModel's hook).
+  GradBuffer grad_buffer() override {
+    return {grads_.data(), format_ == HalfFormat::kBF16 ? DataType::kBFloat16 : DataType::kFloat16};
+  }
+  void set_grad_ready_hook(std::function<void(std::size_t)> hook) override { grad_ready_hook_ = std::move(hook); }
 
   HalfFormat format() const { return format_; }
   const std::uint16_t* half_params() const { return params_.data(); }
@@ -177,6 +184,10 @@ class MixedPrecisionModel final : public TrainModel, private BlockRunner {
   AttentionStep<float> attention_step_ = attention_step<float>(AttentionKind::kNaive);  // attention_'s
   std::size_t block_forwards_ = 0;
   std::size_t attention_recomputes_ = 0;
+  std::function<void(std::size_t)> grad_ready_hook_;  // stage 04: called with the offset of final gradients
+  void notify_grads_ready(const float* master_ptr) {
+    if (grad_ready_hook_) grad_ready_hook_(offset_of(master_ptr));
+  }
 };
 
 }  // namespace scalelab

@@ -62,7 +62,7 @@ void check_replicas_agree(Communicator& comm, const std::string& description) {
 
 DataParallel::DataParallel(Communicator& comm, TrainModel& model, const DdpOptions& options)
     : comm_(comm), model_(model), options_(options) {
-  model_.fp32_grads();  // a model without fp32 gradients throws its ConfigError here
+  const DataType type = model_.grad_buffer().type;  // a model without such a buffer throws its ConfigError here
   // A communicator handed pointers from the wrong memory space would crash (or read garbage)
   // far from the mistake: say so here instead.
   const bool on_device = model_.grads_memory_space() == MemorySpace::kDevice;
@@ -76,7 +76,13 @@ DataParallel::DataParallel(Communicator& comm, TrainModel& model, const DdpOptio
     throw ConfigError(
         "allreduce: ring adds the received pieces on the host, so it cannot reduce GPU gradients; use "
         "--allreduce builtin with --device cuda");
-  ranges_ = plan_buckets(model_.layout(), options_.first_bucket_bytes, options_.bucket_bytes);
+  if (type != DataType::kFloat32 && options_.algorithm == DdpOptions::Algorithm::kRing)
+    throw ConfigError(
+        std::string("allreduce: ring (comm/ring.hpp) adds fp32 gradients, and this model keeps them in ") +
+        dtype_name(type) + "; use --allreduce builtin with --precision bf16 or fp16");
+  // The caps are bytes of gradient: a bucket of 16-bit gradients holds twice the elements.
+  const std::size_t per_float = sizeof(float) / dtype_size(type);
+  ranges_ = plan_buckets(model_.layout(), options_.first_bucket_bytes * per_float, options_.bucket_bytes * per_float);
   if (options_.mode == DdpOptions::Mode::kBucketed)
     model_.set_grad_ready_hook([this](std::size_t offset) { on_grads_ready(offset); });
 }
@@ -95,22 +101,22 @@ void DataParallel::begin_step(int micro_batches) {
   timeline_.clear();
 }
 
-void DataParallel::all_reduce_now(float* data, std::size_t count) {
+void DataParallel::all_reduce_now(GradPtr data, std::size_t count) {
   if (options_.algorithm == DdpOptions::Algorithm::kRing)
-    ring_all_reduce(comm_, data, count);
+    ring_all_reduce(comm_, static_cast<float*>(data.data), count);  // fp32 only (the constructor checks)
   else
-    comm_.all_reduce(data, count, ReduceOp::kSum);
+    comm_.all_reduce(data.data, data.data, count, data.type, ReduceOp::kSum);
 }
 
 void DataParallel::launch(Bucket& b) {
-  float* g = model_.fp32_grads();
+  const GradPtr g = grads() + b.begin;
   b.started = true;
   b.start_us = timeline_.now_us();
   if (options_.algorithm == DdpOptions::Algorithm::kBuiltin) {
-    b.request = comm_.iall_reduce(g + b.begin, g + b.begin, b.end - b.begin, DataType::kFloat32, ReduceOp::kSum);
+    b.request = comm_.iall_reduce(g.data, g.data, b.end - b.begin, g.type, ReduceOp::kSum);
   } else {
     // Our ring is blocking: correct, but it cannot overlap backward (the timeline shows it).
-    ring_all_reduce(comm_, g + b.begin, b.end - b.begin);
+    all_reduce_now(g, b.end - b.begin);
     b.done = true;
     b.end_us = timeline_.now_us();
   }
@@ -147,7 +153,7 @@ DdpStepReport DataParallel::finish_step() {
   // The last stretch of backward: from the last notification (the embeddings) to here.
   if (notified_) timeline_.add("backward", "compute", 0, last_ready_us_, backward_end);
   DdpStepReport report;
-  float* g = model_.fp32_grads();
+  const GradPtr g = grads();
   if (options_.mode == DdpOptions::Mode::kNaive) {
     // Lab 04 TODO: implement ddp_naive (labs/04-data-parallel/README.md, section 5).
     // Replace the lines from here to "end of Lab 04 TODO" with your code.

@@ -35,6 +35,49 @@ void warn_mpi(int rc, const char* call, const char* file, int line) noexcept {
                MpiSession::world_rank(), mpi_error_text(rc).c_str());
 }
 
+namespace {
+
+// MPI has no 16-bit float types (MPI 4.0 names none, and OpenMPI's MPI_SUM cannot add bf16), so
+// bf16 and fp16 travel as 2-byte types of our own, and their reductions are user-defined
+// operations that call reduce_host (comm/datatype.hpp: add in fp32, round to nearest even, as
+// NCCL does). A user function sees the datatype handle, so one operation per ReduceOp serves
+// both types. The handles are made at the first 16-bit call, after MPI_Init, and live until
+// MPI_Finalize, which releases them.
+struct HalfTypes {
+  MPI_Datatype bf16 = MPI_DATATYPE_NULL, fp16 = MPI_DATATYPE_NULL;
+  MPI_Op sum = MPI_OP_NULL, max = MPI_OP_NULL, min = MPI_OP_NULL;
+};
+
+template <ReduceOp kOp>
+void reduce_half_op(void* in, void* inout, int* len, MPI_Datatype* type);
+
+const HalfTypes& half_types() {
+  static const HalfTypes types = [] {
+    HalfTypes t;
+    for (MPI_Datatype* dt : {&t.bf16, &t.fp16}) {
+      SCALELAB_MPI_CHECK(MPI_Type_contiguous(2, MPI_BYTE, dt));
+      SCALELAB_MPI_CHECK(MPI_Type_commit(dt));
+    }
+    SCALELAB_MPI_CHECK(MPI_Op_create(&reduce_half_op<ReduceOp::kSum>, 1, &t.sum));
+    SCALELAB_MPI_CHECK(MPI_Op_create(&reduce_half_op<ReduceOp::kMax>, 1, &t.max));
+    SCALELAB_MPI_CHECK(MPI_Op_create(&reduce_half_op<ReduceOp::kMin>, 1, &t.min));
+    return t;
+  }();
+  return types;
+}
+
+// MPI's contract for a user function: inout[i] = in[i] op inout[i]; the sum is commutative, so
+// reduce_host's inout += in gives the same bits.
+template <ReduceOp kOp>
+void reduce_half_op(void* in, void* inout, int* len, MPI_Datatype* type) {
+  const DataType t = *type == half_types().bf16 ? DataType::kBFloat16 : DataType::kFloat16;
+  reduce_host(inout, in, static_cast<std::size_t>(*len), t, kOp);
+}
+
+bool is_half(DataType t) { return t == DataType::kBFloat16 || t == DataType::kFloat16; }
+
+}  // namespace
+
 MPI_Datatype mpi_datatype(DataType t) {
   switch (t) {
     case DataType::kUInt8: return MPI_UINT8_T;
@@ -42,15 +85,18 @@ MPI_Datatype mpi_datatype(DataType t) {
     case DataType::kInt64: return MPI_INT64_T;
     case DataType::kFloat32: return MPI_FLOAT;
     case DataType::kFloat64: return MPI_DOUBLE;
+    case DataType::kBFloat16: return half_types().bf16;
+    case DataType::kFloat16: return half_types().fp16;
   }
   throw Error(detail::concat("unknown DataType ", static_cast<int>(t)));
 }
 
-MPI_Op mpi_op(ReduceOp op) {
+MPI_Op mpi_op(ReduceOp op, DataType t) {
+  const bool half = is_half(t);
   switch (op) {
-    case ReduceOp::kSum: return MPI_SUM;
-    case ReduceOp::kMax: return MPI_MAX;
-    case ReduceOp::kMin: return MPI_MIN;
+    case ReduceOp::kSum: return half ? half_types().sum : MPI_SUM;
+    case ReduceOp::kMax: return half ? half_types().max : MPI_MAX;
+    case ReduceOp::kMin: return half ? half_types().min : MPI_MIN;
   }
   throw Error(detail::concat("unknown ReduceOp ", static_cast<int>(op)));
 }
@@ -153,7 +199,7 @@ std::unique_ptr<RequestState> MpiCommunicator::do_irecv(void* buf, std::size_t c
 
 void MpiCommunicator::do_all_reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
   const void* in = send == recv ? MPI_IN_PLACE : send;
-  SCALELAB_MPI_CHECK(MPI_Allreduce(in, recv, mpi_count(count), mpi_datatype(type), mpi_op(op), comm_));
+  SCALELAB_MPI_CHECK(MPI_Allreduce(in, recv, mpi_count(count), mpi_datatype(type), mpi_op(op, type), comm_));
 }
 
 std::unique_ptr<RequestState> MpiCommunicator::do_iall_reduce(const void* send, void* recv, std::size_t count,
@@ -161,7 +207,7 @@ std::unique_ptr<RequestState> MpiCommunicator::do_iall_reduce(const void* send, 
   auto state = std::make_unique<MpiRequestState>();
   const void* in = send == recv ? MPI_IN_PLACE : send;
   SCALELAB_MPI_CHECK(
-      MPI_Iallreduce(in, recv, mpi_count(count), mpi_datatype(type), mpi_op(op), comm_, &state->request));
+      MPI_Iallreduce(in, recv, mpi_count(count), mpi_datatype(type), mpi_op(op, type), comm_, &state->request));
   return state;
 }
 
@@ -177,16 +223,16 @@ void MpiCommunicator::do_reduce_scatter(const void* send, void* recv, std::size_
   void* full = const_cast<void*>(send);  // in place: the caller handed us the buffer to overwrite
   if (count % static_cast<std::size_t>(n) == 0) {
     if (in_place)
-      SCALELAB_MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, full, mpi_count(mine), dt, mpi_op(op), comm_));
+      SCALELAB_MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, full, mpi_count(mine), dt, mpi_op(op, type), comm_));
     else
-      SCALELAB_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, mpi_count(mine), dt, mpi_op(op), comm_));
+      SCALELAB_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, mpi_count(mine), dt, mpi_op(op, type), comm_));
   } else {
     std::vector<int> counts, displs;
     block_layout(count, n, counts, displs);
     if (in_place)
-      SCALELAB_MPI_CHECK(MPI_Reduce_scatter(MPI_IN_PLACE, full, counts.data(), dt, mpi_op(op), comm_));
+      SCALELAB_MPI_CHECK(MPI_Reduce_scatter(MPI_IN_PLACE, full, counts.data(), dt, mpi_op(op, type), comm_));
     else
-      SCALELAB_MPI_CHECK(MPI_Reduce_scatter(send, recv, counts.data(), dt, mpi_op(op), comm_));
+      SCALELAB_MPI_CHECK(MPI_Reduce_scatter(send, recv, counts.data(), dt, mpi_op(op, type), comm_));
   }
   if (in_place && recv != full && mine) std::memmove(recv, full, mine * elem);
 }
@@ -212,7 +258,7 @@ void MpiCommunicator::do_all_gather(const void* send, void* recv, std::size_t co
 std::unique_ptr<RequestState> MpiCommunicator::do_ireduce_scatter_v(const void* send, void* recv, const Pieces& pieces,
                                                                     DataType type, ReduceOp op) {
   auto state = std::make_unique<MpiVectorRequestState>(pieces);
-  SCALELAB_MPI_CHECK(MPI_Ireduce_scatter(send, recv, state->counts.data(), mpi_datatype(type), mpi_op(op), comm_,
+  SCALELAB_MPI_CHECK(MPI_Ireduce_scatter(send, recv, state->counts.data(), mpi_datatype(type), mpi_op(op, type), comm_,
                                          &state->inner.request));
   return state;
 }

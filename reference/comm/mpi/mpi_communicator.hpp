@@ -19,8 +19,10 @@ void check_mpi(int rc, const char* call, const char* file, int line);
 void warn_mpi(int rc, const char* call, const char* file, int line) noexcept;
 #define SCALELAB_MPI_WARN(call) ::scalelab::warn_mpi((call), #call, __FILE__, __LINE__)
 
+// The MPI handles of a DataType and of a ReduceOp on it (the 16-bit floats: our own, see
+// mpi_communicator.cpp).
 MPI_Datatype mpi_datatype(DataType t);
-MPI_Op mpi_op(ReduceOp op);
+MPI_Op mpi_op(ReduceOp op, DataType t);
 
 class MpiCommunicator final : public Communicator {
  public:
