@@ -26,14 +26,14 @@ struct StrategyHarness {
   std::unique_ptr<scalelab::AdamW> optimizer;
   int T = 0;
 
-  // Builds the strategy's model for `config` (fp32), its optimizer, initialises the weights from
-  // `seed` and attaches the strategy, as the trainer does. options.batch, options.seq_len,
-  // options.adamw and options.attention are the run's.
+  // Builds the strategy's model for `config` (in options.precision, fp32 by default), its
+  // optimizer, initialises the weights from `seed` and attaches the strategy, as the trainer does.
+  // options.batch, options.seq_len, options.adamw and options.attention are the run's.
   void start(scalelab::ParallelStrategy& strategy, const scalelab::GPTConfig& config, std::uint64_t seed,
              const scalelab::CheckpointPolicy& policy, const std::string& description) {
     strategy_ = &strategy;
     T = options.seq_len;
-    model = strategy.make_model(config, "fp32", &tracker, scalelab::make_train_model);
+    model = strategy.make_model(config, options.precision, &tracker, scalelab::make_train_model);
     model->set_checkpoint_policy(policy);
     model->set_attention(scalelab::parse_attention_kind(options.attention));
     optimizer = std::make_unique<scalelab::AdamW>(model->num_params(), options.adamw,

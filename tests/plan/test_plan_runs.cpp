@@ -27,11 +27,11 @@ constexpr std::uint64_t kSeed = 7;
 struct Run {
   int tp = 1, pp = 1, zero = 0, micro_batches = 1;
   bool sp = false;
-  std::string schedule = "1f1b", checkpoint = "none", attention = "naive";
+  std::string schedule = "1f1b", checkpoint = "none", attention = "naive", precision = "fp32";
   std::string describe() const {
     std::ostringstream s;
     s << "tp " << tp << " pp " << pp << " zero " << zero << " m " << micro_batches << (sp ? " sp" : "") << " "
-      << schedule << " ckpt " << checkpoint << " attention " << attention;
+      << schedule << " ckpt " << checkpoint << " attention " << attention << " " << precision;
     return s.str();
   }
 };
@@ -56,6 +56,7 @@ Measured run_one(Communicator& world, const Run& r, int rows_per_micro) {
   h.options.parallel.schedule = r.schedule;
   h.options.parallel.sequence_parallel = r.sp;
   h.options.attention = r.attention;
+  h.options.precision = r.precision;
   h.options.parallel.bucket_mb = h.options.parallel.first_bucket_mb = 1024;  // one bucket: one ring all-reduce
   std::unique_ptr<ParallelStrategy> strategy = make_strategy_factory(&world)(h.options);
   h.start(*strategy, c, kSeed, CheckpointPolicy::parse(r.checkpoint), "plan test");
@@ -80,7 +81,7 @@ void check_against_plan(Communicator& world, const Run& r) {
   l.sequence_parallel = r.sp;
   l.schedule = r.schedule;
   l.checkpoint = CheckpointPolicy::parse(r.checkpoint);
-  l.precision = "fp32";
+  l.precision = r.precision;
   l.attention = parse_attention_kind(r.attention);
   const int stage = world.rank() / (l.dp * l.tp) % l.pp;  // pipeline rank, as the grid numbers them
   const PlanMemory want = plan_memory(c, l, stage);
@@ -106,6 +107,16 @@ TEST_CASE("data parallel and ZeRO 1-3: memory and traffic per rank as the planne
   for (int zero = 0; zero <= 3; ++zero)
     for (int m : {1, 2}) check_against_plan(world, {1, 1, zero, m});
   check_against_plan(world, {1, 1, 2, 1, false, "1f1b", "sqrt"});
+}
+
+TEST_CASE("data parallel in bf16: memory and traffic per rank as the planner predicts", "[plan_runs]") {
+  // 2 + 2 + 12 bytes per parameter; the gradients travel in bf16, half of fp32's bytes.
+  Communicator& world = test_world();
+  for (int m : {1, 2}) {
+    Run r{1, 1, 0, m};
+    r.precision = "bf16";
+    check_against_plan(world, r);
+  }
 }
 
 TEST_CASE("tensor parallel over every rank: memory per rank as the planner predicts", "[plan_runs]") {
