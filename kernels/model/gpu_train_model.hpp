@@ -56,7 +56,7 @@ class GpuTrainModel final : public TrainModel {
   // notifications (final in stream order on stream(): see GpuGPT::set_grad_ready_hook).
   // fp32_grads() is the fp32 model's only: mixed precision throws TrainModel's ConfigError.
   float* fp32_grads() override;
-  GradBuffer grad_buffer() override { return {gpt_.grads().data(), DType<F>::comm_type}; }
+  GradBuffer typed_grads() override { return {gpt_.grads().data(), DType<F>::comm_type}; }
   void set_grad_ready_hook(std::function<void(std::size_t)> hook) override {
     gpt_.set_grad_ready_hook(std::move(hook));
   }

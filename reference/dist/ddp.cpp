@@ -63,7 +63,7 @@ void check_replicas_agree(Communicator& comm, const std::string& description) {
 
 DataParallel::DataParallel(Communicator& comm, TrainModel& model, const DdpOptions& options)
     : comm_(comm), model_(model), options_(options) {
-  const DataType type = model_.grad_buffer().type;  // a model without such a buffer throws its ConfigError here
+  const DataType type = model_.typed_grads().type;  // a model without such a buffer throws its ConfigError here
   // A communicator handed pointers from the wrong memory space would crash (or read garbage)
   // far from the mistake: say so here instead.
   const bool on_device = model_.grads_memory_space() == MemorySpace::kDevice;

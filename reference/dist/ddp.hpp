@@ -51,7 +51,7 @@ std::vector<std::pair<std::size_t, std::size_t>> plan_buckets(const ParamLayout&
 // that differs and both descriptions. Catches mismatched launches before they train garbage.
 void check_replicas_agree(Communicator& comm, const std::string& description);
 
-// A place in the model's gradient buffer (TrainModel::grad_buffer()), whatever its element type:
+// A place in the model's gradient buffer (TrainModel::typed_grads()), whatever its element type:
 // fp32, or bf16/fp16 under mixed precision. g + n is n elements further on.
 struct GradPtr {
   void* data = nullptr;
@@ -101,7 +101,7 @@ class DataParallel {
   void poll();
   void all_reduce_now(GradPtr data, std::size_t count);
   GradPtr grads() const {
-    const TrainModel::GradBuffer b = model_.grad_buffer();
+    const TrainModel::GradBuffer b = model_.typed_grads();
     return {b.data, b.type};
   }
 

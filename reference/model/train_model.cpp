@@ -6,7 +6,7 @@
 namespace scalelab {
 
 float* TrainModel::fp32_grads() {
-  // Data parallelism reduces grad_buffer() in any type; what still asks for fp32 gradients is
+  // Data parallelism reduces typed_grads() in any type; what still asks for fp32 gradients is
   // refused before it gets here (train/train_options.hpp: require_cpu_fp32).
   throw ConfigError("precision: --precision " + precision_name() +
                     " keeps the gradients in half, and this needs them in fp32; use --precision fp32");

@@ -64,7 +64,7 @@ class TrainModel {
     void* data = nullptr;
     DataType type = DataType::kFloat32;
   };
-  virtual GradBuffer grad_buffer() { return {fp32_grads(), DataType::kFloat32}; }
+  virtual GradBuffer typed_grads() { return {fp32_grads(), DataType::kFloat32}; }
   // Where fp32_grads() points: host memory, or a GPU's (the GPU models). Data parallelism needs
   // a communicator working in the same memory space (Communicator::memory_space()).
   virtual MemorySpace grads_memory_space() const { return MemorySpace::kHost; }

@@ -104,7 +104,7 @@ class MixedPrecisionModel final : public TrainModel, private BlockRunner {
   std::string precision_name() const override { return half_format_name(format_); }
   // Stage 04 in mixed precision: data parallelism reduces the half gradients themselves, and is
   // told when a block's are final, at the same points as the fp32 model (GPTModel's hook).
-  GradBuffer grad_buffer() override {
+  GradBuffer typed_grads() override {
     return {grads_.data(), format_ == HalfFormat::kBF16 ? DataType::kBFloat16 : DataType::kFloat16};
   }
   void set_grad_ready_hook(std::function<void(std::size_t)> hook) override { grad_ready_hook_ = std::move(hook); }
