@@ -102,7 +102,7 @@ void DataParallel::begin_step(int micro_batches) {
   timeline_.clear();
 }
 
-void DataParallel::all_reduce_now(GradPtr data, std::size_t count) {
+void DataParallel::all_reduce_now(TrainModel::GradBuffer data, std::size_t count) {
   if (options_.algorithm == DdpOptions::Algorithm::kRing)
     ring_all_reduce(comm_, static_cast<float*>(data.data), count);  // fp32 only (the constructor checks)
   else
@@ -110,7 +110,7 @@ void DataParallel::all_reduce_now(GradPtr data, std::size_t count) {
 }
 
 void DataParallel::launch(Bucket& b) {
-  const GradPtr g = grads() + b.begin;
+  const TrainModel::GradBuffer g = model_.typed_grads() + b.begin;
   b.started = true;
   b.start_us = timeline_.now_us();
   if (options_.algorithm == DdpOptions::Algorithm::kBuiltin) {
@@ -154,7 +154,7 @@ DdpStepReport DataParallel::finish_step() {
   // The last stretch of backward: from the last notification (the embeddings) to here.
   if (notified_) timeline_.add("backward", "compute", 0, last_ready_us_, backward_end);
   DdpStepReport report;
-  const GradPtr g = grads();
+  const TrainModel::GradBuffer g = model_.typed_grads();
   if (options_.mode == DdpOptions::Mode::kNaive) {
     // LAB 04 BEGIN ddp_naive: section 5
     for (const auto& t : model_.layout().tensors()) all_reduce_now(g + t.offset, t.numel);

@@ -51,14 +51,6 @@ std::vector<std::pair<std::size_t, std::size_t>> plan_buckets(const ParamLayout&
 // that differs and both descriptions. Catches mismatched launches before they train garbage.
 void check_replicas_agree(Communicator& comm, const std::string& description);
 
-// A place in the model's gradient buffer (TrainModel::typed_grads()), whatever its element type:
-// fp32, or bf16/fp16 under mixed precision. g + n is n elements further on.
-struct GradPtr {
-  void* data = nullptr;
-  DataType type = DataType::kFloat32;
-  GradPtr operator+(std::size_t n) const { return {static_cast<char*>(data) + n * dtype_size(type), type}; }
-};
-
 struct DdpStepReport {
   double hidden_fraction = 0;  // of the all-reduce time that overlapped backward
   double comm_seconds = 0;     // time covered by at least one all-reduce
@@ -99,11 +91,7 @@ class DataParallel {
   void on_grads_ready(std::size_t offset);
   void launch(Bucket& b);
   void poll();
-  void all_reduce_now(GradPtr data, std::size_t count);
-  GradPtr grads() const {
-    const TrainModel::GradBuffer b = model_.typed_grads();
-    return {b.data, b.type};
-  }
+  void all_reduce_now(TrainModel::GradBuffer data, std::size_t count);
 
   Communicator& comm_;
   TrainModel& model_;

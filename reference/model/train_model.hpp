@@ -59,10 +59,12 @@ class TrainModel {
   // Stage 04 with stage 03: the gradient buffer as the model keeps it, which is what data
   // parallelism reduces. By default fp32_grads() as kFloat32 (throwing as it does); the
   // mixed-precision models hand over their half gradients (kBFloat16 or kFloat16), which then
-  // travel and are summed in half, as PyTorch's DDP does with a bf16 model.
+  // travel and are summed in half, as PyTorch's DDP does with a bf16 model. g + n is the place n
+  // elements further on, whatever the element type.
   struct GradBuffer {
     void* data = nullptr;
     DataType type = DataType::kFloat32;
+    GradBuffer operator+(std::size_t n) const { return {static_cast<char*>(data) + n * dtype_size(type), type}; }
   };
   virtual GradBuffer typed_grads() { return {fp32_grads(), DataType::kFloat32}; }
   // Where fp32_grads() points: host memory, or a GPU's (the GPU models). Data parallelism needs

@@ -29,15 +29,7 @@ constexpr std::uint64_t kSeed = 5;
 
 std::string tiny_shard() { return tiny_token_shard(test_world(), "scalelab_ddp_tiny.bin"); }
 
-TrainOptions tiny_options(const std::string& data) {
-  TrainOptions o;
-  o.config = "tiny";
-  o.batch = kB;
-  o.data = data;
-  o.seed = kSeed;
-  o.adamw.lr = 3e-3;
-  return o;
-}
+TrainOptions tiny_options(const std::string& data) { return tiny_ddp_options(data, kB, kSeed); }
 }  // namespace
 
 TEST_CASE("DDP on d ranks equals stage 01 with d micro-batches", "[graded][ddp_equal]") {
@@ -81,18 +73,9 @@ TEST_CASE("parameters stay bitwise identical on every rank", "[graded][ddp_ident
     o.grad_accum = kB % (2 * world.size()) == 0 ? 2 : 1;
     Trainer trainer(o, &tracker, {},
                     ddp_strategy(world, small_buckets(DdpOptions::parse_mode(mode), DdpOptions::Algorithm::kRing)));
-    double first = 0, last = 0;
-    for (int i = 0; i < 5; ++i) {
-      const double loss = trainer.step().loss;
-      if (i == 0) first = loss;
-      last = loss;
-    }
-    CHECK(last < first);  // it trains
-    std::vector<float> mine(trainer.model().master_params(),
-                            trainer.model().master_params() + trainer.model().num_params());
-    std::vector<float> root = mine;
-    world.broadcast(root.data(), root.size(), 0);
-    CHECK_MATCH(compare_bitwise("params vs rank 0 after 5 steps", mine.data(), root.data(), mine.size()));
+    const ReplicaRun run = train_replica(trainer, world, 5);
+    CHECK(run.last_loss < run.first_loss);  // it trains
+    CHECK_MATCH(compare_bitwise("params vs rank 0 after 5 steps", run.mine.data(), run.root.data(), run.mine.size()));
   }
 }
 

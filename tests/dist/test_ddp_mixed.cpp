@@ -39,12 +39,7 @@ double loss_scale_for(HalfFormat f) { return f == HalfFormat::kFP16 ? 1024.0 : 1
 double unit_roundoff(HalfFormat f) { return f == HalfFormat::kBF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11); }
 
 TrainOptions tiny_options(const std::string& data, const std::string& precision) {
-  TrainOptions o;
-  o.config = "tiny";
-  o.batch = kB;
-  o.data = data;
-  o.seed = kSeed;
-  o.adamw.lr = 3e-3;
+  TrainOptions o = tiny_ddp_options(data, kB, kSeed);
   o.precision = precision;
   return o;
 }
@@ -124,18 +119,10 @@ TEST_CASE("the trainer in bf16 and fp16 under DDP keeps every rank's parameters 
     o.grad_accum = kB % (2 * world.size()) == 0 ? 2 : 1;
     Trainer trainer(o, &tracker, {},
                     ddp_strategy(world, small_buckets(DdpOptions::Mode::kBucketed, DdpOptions::Algorithm::kBuiltin)));
-    double first = 0, last = 0;
-    for (int i = 0; i < 5; ++i) {
-      const double loss = trainer.step().loss;
-      if (i == 0) first = loss;
-      last = loss;
-    }
-    CHECK(last < first);  // it trains
-    std::vector<float> mine(trainer.model().master_params(),
-                            trainer.model().master_params() + trainer.model().num_params());
-    std::vector<float> root = mine;
-    world.broadcast(root.data(), root.size(), 0);
-    CHECK_MATCH(compare_bitwise("master weights vs rank 0 after 5 steps", mine.data(), root.data(), mine.size()));
+    const ReplicaRun run = train_replica(trainer, world, 5);
+    CHECK(run.last_loss < run.first_loss);  // it trains
+    CHECK_MATCH(
+        compare_bitwise("master weights vs rank 0 after 5 steps", run.mine.data(), run.root.data(), run.mine.size()));
   }
 }
 

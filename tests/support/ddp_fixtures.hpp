@@ -85,4 +85,35 @@ inline BucketLaunches bucket_launches(const std::vector<scalelab::TimelineEvent>
   return out;
 }
 
+// The data-parallel tests' run: the tiny config on `data`, `batch` rows, AdamW at 3e-3.
+inline scalelab::TrainOptions tiny_ddp_options(const std::string& data, int batch, std::uint64_t seed) {
+  scalelab::TrainOptions o;
+  o.config = "tiny";
+  o.batch = batch;
+  o.data = data;
+  o.seed = seed;
+  o.adamw.lr = 3e-3;
+  return o;
+}
+
+// `steps` optimizer steps of a data-parallel trainer: the first and the last step's loss, this
+// rank's parameters afterwards and rank 0's (broadcast), for the caller to compare bitwise.
+struct ReplicaRun {
+  double first_loss = 0, last_loss = 0;
+  std::vector<float> mine, root;
+};
+inline ReplicaRun train_replica(scalelab::Trainer& trainer, scalelab::Communicator& world, int steps) {
+  ReplicaRun r;
+  for (int i = 0; i < steps; ++i) {
+    const double loss = trainer.step().loss;
+    if (i == 0) r.first_loss = loss;
+    r.last_loss = loss;
+  }
+  const scalelab::TrainModel& m = trainer.model();
+  r.mine.assign(m.master_params(), m.master_params() + m.num_params());
+  r.root = r.mine;
+  world.broadcast(r.root.data(), r.root.size(), 0);
+  return r;
+}
+
 }  // namespace scalelab_test

@@ -45,12 +45,7 @@ DdpOptions gpu_buckets(DdpOptions::Mode mode) { return small_buckets(mode, DdpOp
 std::string tiny_shard() { return tiny_token_shard(test_world(), "scalelab_gpu_ddp_tiny.bin"); }
 
 TrainOptions tiny_gpu_options(const std::string& data) {
-  TrainOptions o;
-  o.config = "tiny";
-  o.batch = kB;
-  o.data = data;
-  o.seed = kSeed;
-  o.adamw.lr = 3e-3;
+  TrainOptions o = tiny_ddp_options(data, kB, kSeed);
   o.device = "cuda";
   return o;
 }
