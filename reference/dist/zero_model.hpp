@@ -37,12 +37,12 @@
 #include "dist/ddp.hpp"
 #include "dist/timeline.hpp"
 #include "dist/zero_shards.hpp"
+#include "dist/zero_train_model.hpp"
 #include "model/gpt.hpp"
-#include "model/train_model.hpp"
 
 namespace scalelab {
 
-class ZeroModel final : public TrainModel {
+class ZeroModel final : public ZeroTrainModel {
  public:
   // stage 1, 2 or 3 over the data-parallel group `dp` (which must outlive the model).
   // offload: stages 1 and 2 only.
@@ -54,7 +54,7 @@ class ZeroModel final : public TrainModel {
   const GPTConfig& config() const override { return gpt_.config(); }
   const ParamLayout& layout() const override { return gpt_.layout(); }
   std::size_t num_params() const override { return shards_.size(); }
-  const ZeroShards& shards() const { return shards_; }
+  const ZeroShards& shards() const override { return shards_; }
 
   double forward(const int* tokens, const int* targets, int B, int T) override;
   void backward(double loss_scale) override;
@@ -81,17 +81,21 @@ class ZeroModel final : public TrainModel {
 
   // Before a step's micro-batches: stage 1 reduce-scatters during the last backward only (the
   // gradients of the others add up in the full buffer first); stages 2 and 3 during every one.
-  void begin_step(int micro_batches);
+  void begin_step(int micro_batches) override;
   // This rank's shard of the gradients (shards().size()): after the step's last backward, the
   // sum over ranks of the whole batch's gradients.
   const float* grad_shard() const { return offload_ ? host_grads_.data() : grads_.data() + grads_offset(); }
   bool offload() const { return offload_; }
   // The second memory space under offload (empty otherwise): master shard, gradient shard, m, v.
-  const MemoryTracker& host_memory() const { return host_tracker_; }
+  const MemoryTracker& host_memory() const override { return host_tracker_; }
   // The whole parameter buffer (stages 1 and 2; null under stage 3).
-  const float* full_params() const { return stage_ <= 2 ? params_.data() : nullptr; }
+  const float* full_params() const override { return stage_ <= 2 ? params_.data() : nullptr; }
   // The last step's compute and communication intervals.
-  const Timeline& timeline() const { return timeline_; }
+  const Timeline& timeline() const override { return timeline_; }
+  ZeroStateBytes state_formula() const override {
+    return offload_ ? zero_offload_device_bytes(stage_, shards_.num_params())
+                    : zero_state_bytes(stage_, shards_.num_params(), shards_.size());
+  }
 
  private:
   // A unit's gradients on their way to the owners.

@@ -66,6 +66,15 @@ ZeroStateBytes zero_state_bytes(int stage, std::size_t psi, std::size_t shard) {
   return b;
 }
 
+ZeroStateBytes zero_mixed_state_bytes(int stage, std::size_t psi, std::size_t shard) {
+  const std::size_t h = 2;  // a bf16 or fp16 element
+  ZeroStateBytes b;
+  b.params = h * (stage >= 3 ? shard : psi);
+  b.grads = h * (stage >= 2 ? shard : psi);
+  b.optimizer = (sizeof(float) + 2 * sizeof(float)) * (stage >= 1 ? shard : psi);  // master, m, v
+  return b;
+}
+
 ZeroStateBytes zero_offload_device_bytes(int stage, std::size_t psi) {
   const std::size_t f = sizeof(float);
   ZeroStateBytes b;

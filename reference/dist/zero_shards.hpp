@@ -79,6 +79,14 @@ struct ZeroStateBytes {
   std::size_t total() const { return params + grads + optimizer; }
 };
 ZeroStateBytes zero_state_bytes(int stage, std::size_t psi, std::size_t shard);
+// The same in mixed precision (bf16 or fp16, stage 03): half parameters and gradients, 2 bytes
+// each, and the fp32 master weights with m and v, 12 bytes per element of the shard, counted as
+// optimizer state (MixedPrecisionModel's categories):
+//   stage 0 (DDP)  2 psi + 2 psi + 12 psi       = 16 psi
+//   stage 1        2 psi + 2 psi + 12 shard     =  4 psi + 12 psi/d
+//   stage 2        2 psi + 2 shard + 12 shard   =  2 psi + 14 psi/d
+//   stage 3        2 shard + 2 shard + 12 shard = 16 psi/d
+ZeroStateBytes zero_mixed_state_bytes(int stage, std::size_t psi, std::size_t shard);
 // ZeRO-Offload (stages 1 and 2): the fp32 master shard, the gradient shard and m, v live in host
 // memory, 4 + 4 + 8 bytes per element of the shard (16 psi/d); the device keeps the parameters,
 // 4 psi, and under stage 1 the whole gradient, 4 psi, which backward accumulates into:

@@ -6,6 +6,8 @@
 
 #include "core/error.hpp"
 #include "dist/ddp_strategy.hpp"
+#include "dist/zero_mixed_model.hpp"
+#include "dist/zero_model.hpp"
 #include "io/checkpoint.hpp"
 #include "io/safetensors.hpp"
 
@@ -37,9 +39,24 @@ ZeroStrategy::ZeroStrategy(Communicator& comm, const TrainOptions& o)
       stage_(o.parallel.zero),
       reshard_(o.parallel.reshard),
       offload_(o.parallel.offload),
-      algorithm_(DdpOptions::parse_algorithm(o.parallel.allreduce)) {
+      algorithm_(DdpOptions::parse_algorithm(o.parallel.allreduce)),
+      precision_(o.precision) {
   const std::string flag = "--zero " + std::to_string(stage_);
-  require_cpu_fp32(o, flag, flag, "ZeRO's shards");
+  require_cpu(o, flag, flag, "ZeRO's shards");
+  if (precision_ != "fp32") {
+    // Mixed precision (dist/zero_mixed_model.hpp): stages 1 and 2, the backend's collectives.
+    require(stage_ <= 2, "zero",
+            flag + " with --precision " + precision_ +
+                ": ZeRO-3 (parameters sharded) is built in fp32 only; stages 1 and 2 run in mixed precision",
+            "use --zero 1 or --zero 2 with --precision " + precision_ + ", or --zero 3 with --precision fp32");
+    require(!offload_, "offload",
+            "--offload with --precision " + precision_ + ": the offloaded optimizer is built in fp32 only",
+            "use --precision fp32 with --offload, or leave out --offload");
+    require(algorithm_ != DdpOptions::Algorithm::kRing, "allreduce",
+            flag + " with --precision " + precision_ +
+                ": the ring (comm/ring.hpp) adds fp32 gradients, and this model keeps them in half",
+            "use --allreduce builtin with --precision " + precision_);
+  }
   require(!offload_ || stage_ <= 2, "offload",
           "--offload with --zero 3: this kit offloads ZeRO-1 and -2's optimizer shard; offloading the parameters "
           "too (ZeRO-Infinity) is not built",
@@ -48,9 +65,14 @@ ZeroStrategy::ZeroStrategy(Communicator& comm, const TrainOptions& o)
 
 std::unique_ptr<TrainModel> ZeroStrategy::make_model(const GPTConfig& config, const std::string& /*precision*/,
                                                      MemoryTracker* tracker, const TrainModelFactory& /*whole*/) {
+  tracker_ = tracker;
+  if (precision_ != "fp32") {
+    auto model = std::make_unique<ZeroMixedModel>(config, stage_, parse_half_format(precision_), comm_, tracker);
+    model_ = model.get();
+    return model;
+  }
   auto model = std::make_unique<ZeroModel>(config, stage_, comm_, algorithm_, tracker, offload_);
   model_ = model.get();
-  tracker_ = tracker;
   return model;
 }
 
@@ -97,9 +119,8 @@ const Timeline* ZeroStrategy::timeline() const { return &model_->timeline(); }
 
 std::string ZeroStrategy::report() const {
   const ZeroShards& s = model_->shards();
-  const ZeroStateBytes f = offload_ ? zero_offload_device_bytes(stage_, s.num_params())
-                                    : zero_state_bytes(stage_, s.num_params(), s.size());
-  std::string line = "ZeRO-" + std::to_string(stage_) + (offload_ ? "-Offload" : "") + " rank " +
+  const ZeroStateBytes f = model_->state_formula();
+  std::string line = "ZeRO-" + std::to_string(stage_) + (offload_ ? "-Offload" : "") + " (" + precision_ + ") rank " +
                      std::to_string(comm_.rank()) + ": shard " + std::to_string(s.size()) + " of " +
                      std::to_string(s.num_params()) + " parameters (no padding)";
   if (tracker_) {
@@ -121,7 +142,7 @@ std::string ZeroStrategy::report() const {
 }
 
 std::vector<float> ZeroStrategy::held_values(const TrainModel& model, const std::vector<float>& whole) const {
-  const ZeroShards& s = static_cast<const ZeroModel&>(model).shards();
+  const ZeroShards& s = static_cast<const ZeroTrainModel&>(model).shards();
   require(whole.size() == s.num_params(), "resume",
           "the values hold " + std::to_string(whole.size()) + " parameters, the model " +
               std::to_string(s.num_params()),
@@ -130,7 +151,7 @@ std::vector<float> ZeroStrategy::held_values(const TrainModel& model, const std:
 }
 
 TrainCheckpoint ZeroStrategy::load_checkpoint(const std::string& path, const TrainModel& model) const {
-  const ZeroShards& s = static_cast<const ZeroModel&>(model).shards();
+  const ZeroShards& s = static_cast<const ZeroTrainModel&>(model).shards();
   CheckpointShard first;
   TrainCheckpoint c = scalelab::load_checkpoint(path, &model.config(), &first);
   const int saved = first.ranks;
@@ -174,8 +195,8 @@ TrainCheckpoint ZeroStrategy::load_checkpoint(const std::string& path, const Tra
 }
 
 void ZeroStrategy::save_weights(const TrainModel& model, const std::string& path) const {
-  const ZeroModel& z = static_cast<const ZeroModel&>(model);
-  if (z.full_params() != nullptr) {  // stages 1, 2: every rank holds every parameter
+  const ZeroTrainModel& z = static_cast<const ZeroTrainModel&>(model);
+  if (z.full_params() != nullptr) {  // fp32 stages 1, 2: every rank holds every parameter
     if (comm_.rank() == 0) scalelab::save_weights(path, model.config(), z.full_params());
   } else {
     const ZeroShards& s = z.shards();

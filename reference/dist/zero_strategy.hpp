@@ -1,6 +1,7 @@
 // Stage 07 at the trainer's seam: ZeRO over the data-parallel group. Rows are split as in DDP
-// (stage 04); the model (dist/zero_model.hpp) keeps and moves the sharded state; this class
-// builds it, reports what a step moved, and saves and resumes the shards.
+// (stage 04); the model keeps and moves the sharded state (dist/zero_model.hpp in fp32,
+// dist/zero_mixed_model.hpp in bf16 or fp16); this class builds it, reports what a step moved,
+// and saves and resumes the shards.
 //
 // Checkpoints: every rank writes its own shard (params, m, v of [begin, end) of the flat
 // buffer) into its own file: rank 0 into the path given, rank r into "<path>.zero-rank<r>".
@@ -15,7 +16,7 @@
 
 #include "comm/communicator.hpp"
 #include "dist/ddp.hpp"
-#include "dist/zero_model.hpp"
+#include "dist/zero_train_model.hpp"
 #include "train/parallel_strategy.hpp"
 
 namespace scalelab {
@@ -55,7 +56,8 @@ class ZeroStrategy final : public ParallelStrategy {
   bool reshard_;
   bool offload_;
   DdpOptions::Algorithm algorithm_;
-  ZeroModel* model_ = nullptr;  // the model make_model built (owned by the trainer)
+  std::string precision_;
+  ZeroTrainModel* model_ = nullptr;  // the model make_model built (owned by the trainer)
   MemoryTracker* tracker_ = nullptr;
   int batch_rows_ = 0;
   CommStats before_;

@@ -30,7 +30,7 @@ namespace scalelab {
 void MixedPrecisionModel::forward_block(int l, int slot, ActPlace x) {
   const std::size_t NC = static_cast<std::size_t>(acts_.B) * acts_.T * config_.channels;
   widen(stage_.x, place(x), NC);
-  widen_params(stage_.wblock, master_view_.blocks[l].ln1_w, block_params_);
+  widen_params(stage_.wblock, offsets_.blocks[static_cast<std::size_t>(l)], block_params_);
   block_forward_staged();
   narrow(acts_.blocks[slot], stage_.acts_base, stage_.acts_count);
   if (stage_.lse_count) std::copy_n(stage_.acts.lse, stage_.lse_count, acts_.lse[slot]);  // fp32, as computed
@@ -49,11 +49,11 @@ void MixedPrecisionModel::backward_block(int l, int slot, ActPlace x) {
   if (acts_.shared_att)
     widen(stage_.acts.att, acts_.shared_att, static_cast<std::size_t>(config_.num_heads) * acts_.B * acts_.T * acts_.T);
   widen(stage_.x, place(x), NC);
-  widen_params(stage_.wblock, master_view_.blocks[l].ln1_w, block_params_);
-  widen_grads(stage_.gblock, master_view_.blocks[l].ln1_w, block_params_);
+  widen_params(stage_.wblock, offsets_.blocks[static_cast<std::size_t>(l)], block_params_);
+  widen_grads(stage_.gblock, offsets_.blocks[static_cast<std::size_t>(l)], block_params_);
   block_backward_staged();
-  store_grads(master_view_.blocks[l].ln1_w, stage_.gblock, block_params_);
-  notify_grads_ready(master_view_.blocks[l].ln1_w);  // block l's gradients are final
+  store_grads(offsets_.blocks[static_cast<std::size_t>(l)], stage_.gblock, block_params_);
+  notify_grads_ready(offsets_.blocks[static_cast<std::size_t>(l)]);  // block l's gradients are final
 }
 
 void MixedPrecisionModel::recompute_attention(int /*l*/, int slot) {

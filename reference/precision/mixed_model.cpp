@@ -23,42 +23,35 @@ namespace {
 
 constexpr std::size_t kStepChunk = 1 << 16;  // gradients unscaled per chunk of the optimizer step
 
-// The fields of a BlockView in layout order (ParamLayout: ln_1 ... mlp.c_proj).
-constexpr float* BlockView<float>::*kBlockFields[] = {&BlockView<float>::ln1_w,     &BlockView<float>::ln1_b,
-                                                      &BlockView<float>::qkv_w,     &BlockView<float>::qkv_b,
-                                                      &BlockView<float>::attproj_w, &BlockView<float>::attproj_b,
-                                                      &BlockView<float>::ln2_w,     &BlockView<float>::ln2_b,
-                                                      &BlockView<float>::fc_w,      &BlockView<float>::fc_b,
-                                                      &BlockView<float>::fcproj_w,  &BlockView<float>::fcproj_b};
-
-// The views of `v` (whose block starts at `from`) moved to a block starting at `to`.
-BlockView<float> rebase(const BlockView<float>& v, const float* from, float* to) {
-  BlockView<float> r{};
-  for (auto field : kBlockFields) r.*field = to + (v.*field - from);
-  return r;
+// One block alone, laid out as every block is in the flat buffer: its tensors' places in a
+// block-sized buffer.
+BlockView<float> one_block_view(const GPTConfig& config, float* base) {
+  return make_param_view(config, ModelSlice{0, 1, false, false}, base).blocks.front();
 }
 
 }  // namespace
 
-MixedPrecisionModel::MixedPrecisionModel(const GPTConfig& config, HalfFormat format, MemoryTracker* tracker)
+MixedPrecisionModel::MixedPrecisionModel(const GPTConfig& config, HalfFormat format, MemoryTracker* tracker,
+                                         const MixedStorage& storage)
     : config_(config),
       layout_((config.validate(), config)),
       format_(format),
       tracker_(tracker),
+      master_begin_(std::min(storage.master_begin, layout_.num_params())),
       params_(layout_.num_params(), MemCategory::kParams, tracker),
-      grads_(layout_.num_params(), MemCategory::kGrads, tracker),
-      master_(layout_.num_params(), MemCategory::kOptimizer, tracker),
-      master_view_(make_param_view(config_, master_.data())),
+      grads_(storage.grads ? layout_.num_params() : 0, MemCategory::kGrads, tracker),
+      master_(std::max(std::min(storage.master_end, layout_.num_params()), master_begin_) - master_begin_,
+              MemCategory::kOptimizer, tracker),
+      offsets_(tensor_offsets(layout_, config.num_layers)),
+      block_params_(ParamLayout(config_, ModelSlice{0, 1, false, false}).num_params()),
       chunk_(std::min(layout_.num_params(), kStepChunk), MemCategory::kWorkspace, tracker) {
   const std::size_t C = config_.channels, VC = config_.vocab_size * C, TC = config_.max_seq_len * C;
-  const BlockView<float>& b0 = master_view_.blocks[0];
-  block_params_ = static_cast<std::size_t>((b0.fcproj_b + C) - b0.ln1_w);  // a block is contiguous
   weight_stage_ = Buffer<float>(2 * block_params_ + 2 * (VC + TC) + 4 * C, MemCategory::kWorkspace, tracker_);
   Carver<float> p(weight_stage_.data(), weight_stage_.size());
   stage_.wblock = p.take(block_params_);
   stage_.gblock = p.take(block_params_);
-  stage_.w = rebase(b0, b0.ln1_w, stage_.wblock);
-  stage_.g = rebase(b0, b0.ln1_w, stage_.gblock);
+  stage_.w = one_block_view(config_, stage_.wblock);
+  stage_.g = one_block_view(config_, stage_.gblock);
   stage_.wte = p.take(VC);
   stage_.gwte = p.take(VC);
   stage_.wpe = p.take(TC);
@@ -70,16 +63,27 @@ MixedPrecisionModel::MixedPrecisionModel(const GPTConfig& config, HalfFormat for
   SCALELAB_CHECK(p.used_all(), "weight staging layout does not add up");
 }
 
-void MixedPrecisionModel::widen_params(float* out, const float* master_ptr, std::size_t n) const {
-  half_to_float(out, params_.data() + offset_of(master_ptr), n, format_);
+MixedPrecisionModel::TensorOffsets MixedPrecisionModel::tensor_offsets(const ParamLayout& layout, int num_layers) {
+  TensorOffsets o;
+  o.wte = layout.find("transformer.wte.weight").offset;
+  o.wpe = layout.find("transformer.wpe.weight").offset;
+  o.lnf_w = layout.find("transformer.ln_f.weight").offset;
+  o.lnf_b = layout.find("transformer.ln_f.bias").offset;
+  for (int l = 0; l < num_layers; ++l)
+    o.blocks.push_back(layout.find("transformer.h." + std::to_string(l) + ".ln_1.weight").offset);
+  return o;
 }
 
-void MixedPrecisionModel::widen_grads(float* out, const float* master_ptr, std::size_t n) const {
-  half_to_float(out, grads_.data() + offset_of(master_ptr), n, format_);
+void MixedPrecisionModel::widen_params(float* out, std::size_t offset, std::size_t n) const {
+  half_to_float(out, params_.data() + offset, n, format_);
 }
 
-void MixedPrecisionModel::store_grads(const float* master_ptr, const float* in, std::size_t n) {
-  float_to_half(grads_.data() + offset_of(master_ptr), in, n, format_);
+void MixedPrecisionModel::widen_grads(float* out, std::size_t offset, std::size_t n) {
+  half_to_float(out, grad_place(offset), n, format_);
+}
+
+void MixedPrecisionModel::store_grads(std::size_t offset, const float* in, std::size_t n) {
+  float_to_half(grad_place(offset), in, n, format_);
 }
 
 void MixedPrecisionModel::narrow(std::uint16_t* out, float* in, std::size_t n) const {
@@ -88,14 +92,22 @@ void MixedPrecisionModel::narrow(std::uint16_t* out, float* in, std::size_t n) c
 }
 
 void MixedPrecisionModel::init_weights(std::uint64_t seed) {
-  // The fp32 model's initialisation, straight into the master weights.
-  init_gpt2_weights(layout(), config_.num_layers, master_.data(), seed);
-  float_to_half(params_.data(), master_.data(), num_params(), format_);
+  // The fp32 model's initialisation, straight into the master weights when they are all held.
+  if (master_.size() == num_params()) {
+    init_gpt2_weights(layout(), config_.num_layers, master_.data(), seed);
+    float_to_half(params_.data(), master_.data(), num_params(), format_);
+    return;
+  }
+  // A shard of them (ZeRO): every parameter drawn, rounded to half, and the shard kept.
+  Buffer<float> whole(num_params(), MemCategory::kWorkspace, tracker_);
+  init_gpt2_weights(layout(), config_.num_layers, whole.data(), seed);
+  float_to_half(params_.data(), whole.data(), num_params(), format_);
+  std::copy_n(whole.data() + master_begin_, master_.size(), master_.data());
 }
 
 void MixedPrecisionModel::set_master_params(const float* values) {
-  std::copy(values, values + num_params(), master_.data());
-  float_to_half(params_.data(), master_.data(), num_params(), format_);
+  std::copy_n(values, master_.size(), master_.data());
+  float_to_half(params_.data() + master_begin_, master_.data(), master_.size(), format_);
 }
 
 void MixedPrecisionModel::zero_grad() { std::fill(grads_.begin(), grads_.end(), std::uint16_t{0}); }
@@ -199,16 +211,16 @@ double MixedPrecisionModel::forward(const int* tokens, const int* targets, int B
   const int C = config_.channels, V = config_.vocab_size, N = B * T;
   const std::size_t NC = static_cast<std::size_t>(N) * C, VC = static_cast<std::size_t>(V) * C;
   // Embeddings: half tables widened, the sum rounded to half.
-  widen_params(stage_.wte, master_view_.wte, VC);
-  widen_params(stage_.wpe, master_view_.wpe, static_cast<std::size_t>(config_.max_seq_len) * C);
+  widen_params(stage_.wte, offsets_.wte, VC);
+  widen_params(stage_.wpe, offsets_.wpe, static_cast<std::size_t>(config_.max_seq_len) * C);
   encoder_forward(stage_.x, tokens, stage_.wte, stage_.wpe, B, T, C);
   narrow(acts_.encoded, stage_.x, NC);
   walk_blocks_forward(*this, policy_);
   // ln_f, then the tied LM head; the softmax and the loss run in fp32 on the half logits (as
   // autocast does), and the probabilities are saved in half.
   widen(stage_.x, acts_.final_input, NC);
-  widen_params(stage_.lnf_w, master_view_.lnf_w, C);
-  widen_params(stage_.lnf_b, master_view_.lnf_b, C);
+  widen_params(stage_.lnf_w, offsets_.lnf_w, C);
+  widen_params(stage_.lnf_b, offsets_.lnf_b, C);
   layernorm_forward(stage_.lnf, stage_.lnf_mean, stage_.lnf_rstd, stage_.x, stage_.lnf_w, stage_.lnf_b, N, C);
   narrow(acts_.lnf, stage_.lnf, NC);
   narrow(acts_.lnf_mean, stage_.lnf_mean, N);
@@ -231,9 +243,9 @@ void MixedPrecisionModel::backward(double loss_scale) {
   crossentropy_backward(stage_.dlogits, stage_.logits, targets_.data(), static_cast<float>(loss_scale) / N, N, V);
   round(stage_.dlogits, NV);
   // The LM head. wte's gradient stays in fp32 until the encoder has added its part too.
-  widen_params(stage_.wte, master_view_.wte, VC);
-  widen_grads(stage_.gwte, master_view_.wte, VC);
-  widen_grads(stage_.gwpe, master_view_.wpe, TC);
+  widen_params(stage_.wte, offsets_.wte, VC);
+  widen_grads(stage_.gwte, offsets_.wte, VC);
+  widen_grads(stage_.gwpe, offsets_.wpe, TC);
   widen(stage_.lnf, acts_.lnf, NC);
   matmul_backward(stage_.dlnf, stage_.gwte, static_cast<float*>(nullptr), stage_.dlogits, stage_.lnf, stage_.wte, N, C,
                   V);
@@ -243,21 +255,21 @@ void MixedPrecisionModel::backward(double loss_scale) {
   widen(stage_.x, acts_.final_input, NC);
   widen(stage_.lnf_mean, acts_.lnf_mean, N);
   widen(stage_.lnf_rstd, acts_.lnf_rstd, N);
-  widen_params(stage_.lnf_w, master_view_.lnf_w, C);
-  widen_grads(stage_.glnf_w, master_view_.lnf_w, C);
-  widen_grads(stage_.glnf_b, master_view_.lnf_b, C);
+  widen_params(stage_.lnf_w, offsets_.lnf_w, C);
+  widen_grads(stage_.glnf_w, offsets_.lnf_w, C);
+  widen_grads(stage_.glnf_b, offsets_.lnf_b, C);
   layernorm_backward(stage_.dres, stage_.glnf_w, stage_.glnf_b, stage_.dlnf, stage_.x, stage_.lnf_w, stage_.lnf_mean,
                      stage_.lnf_rstd, N, C);
   round(stage_.dres, NC);
-  store_grads(master_view_.lnf_w, stage_.glnf_w, C);
-  store_grads(master_view_.lnf_b, stage_.glnf_b, C);
-  notify_grads_ready(master_view_.lnf_w);  // ln_f's gradients are final
+  store_grads(offsets_.lnf_w, stage_.glnf_w, C);
+  store_grads(offsets_.lnf_b, stage_.glnf_b, C);
+  notify_grads_ready(offsets_.lnf_w);  // ln_f's gradients are final
   walk_blocks_backward(*this, policy_);
   // The embeddings, then wte's and wpe's gradients rounded to half once.
   encoder_backward(stage_.gwte, stage_.gwpe, stage_.dres, tokens_.data(), B, T, C);
-  store_grads(master_view_.wte, stage_.gwte, VC);
-  store_grads(master_view_.wpe, stage_.gwpe, TC);
-  notify_grads_ready(master_view_.wte);  // the embeddings (offset 0) are final
+  store_grads(offsets_.wte, stage_.gwte, VC);
+  store_grads(offsets_.wpe, stage_.gwpe, TC);
+  notify_grads_ready(offsets_.wte);  // the embeddings (offset 0) are final
 }
 
 }  // namespace scalelab

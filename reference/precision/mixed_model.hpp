@@ -26,6 +26,7 @@
 #include <functional>
 #include <vector>
 
+#include "comm/datatype.hpp"
 #include "core/memory.hpp"
 #include "model/attention_block.hpp"
 #include "model/block.hpp"
@@ -68,12 +69,24 @@ struct MixedActivationElements {
 MixedActivationElements mixed_activation_elements(const GPTConfig& config, int B, int T, const CheckpointPolicy& policy,
                                                   AttentionKind attention);
 
+// What a MixedPrecisionModel keeps itself. By default: the fp32 master weights of every parameter
+// and a half gradient buffer of the whole model. ZeRO (stage 07, dist/zero_mixed_model.hpp) keeps
+// only its shard of the master weights, and under stage 2 gives each tensor's gradients a place of
+// its own (set_grad_storage).
+struct MixedStorage {
+  std::size_t master_begin = 0;                           // the master weights held: [master_begin,
+  std::size_t master_end = static_cast<std::size_t>(-1);  // master_end) of the flat buffer
+  bool grads = true;  // false: no gradient buffer; set_grad_storage says where gradients go
+};
+
 // The blocks run through the one walk of model/block_walk.cpp; the model is its BlockRunner
 // (privately: only forward and backward drive it), staging each block through fp32.
 class MixedPrecisionModel final : public TrainModel, private BlockRunner {
  public:
-  // Allocates half parameters and gradients (zero) and the fp32 master weights (zero).
-  MixedPrecisionModel(const GPTConfig& config, HalfFormat format, MemoryTracker* tracker);
+  // Allocates half parameters and gradients (zero) and the fp32 master weights (zero): all of
+  // them, or what `storage` asks for.
+  MixedPrecisionModel(const GPTConfig& config, HalfFormat format, MemoryTracker* tracker,
+                      const MixedStorage& storage = {});
 
   const GPTConfig& config() const override { return config_; }
   const ParamLayout& layout() const override { return layout_; }
@@ -95,23 +108,34 @@ class MixedPrecisionModel final : public TrainModel, private BlockRunner {
     attention_step_ = attention_step<float>(kind);
   }
   AttentionKind attention() const { return attention_; }
-  // The fp32 GPT-2 initialisation of model/gpt.hpp into the master weights, then rounded to half.
+  // The fp32 GPT-2 initialisation of model/gpt.hpp into the master weights, then rounded to half
+  // (every half parameter, also where the master weights are a shard).
   void init_weights(std::uint64_t seed) override;
+  // The master weights held: all of them, or [master_begin, master_end) (MixedStorage).
   const float* master_params() const override { return master_.data(); }
+  // Sets the held master weights (as many values as held) and rounds them into their half
+  // parameters; the other half parameters are left as they are.
   void set_master_params(const float* values) override;
   StepOutcome optimizer_step(AdamW& optimizer, double lr, double grad_scale, double clip) override;
   std::size_t block_forward_count() const override { return block_forwards_; }
   std::string precision_name() const override { return half_format_name(format_); }
   // Stage 04 in mixed precision: data parallelism reduces the half gradients themselves, and is
   // told when a block's are final, at the same points as the fp32 model (GPTModel's hook).
-  GradBuffer typed_grads() override {
-    return {grads_.data(), format_ == HalfFormat::kBF16 ? DataType::kBFloat16 : DataType::kFloat16};
-  }
+  GradBuffer typed_grads() override { return {grads_.data(), half_type()}; }
   void set_grad_ready_hook(std::function<void(std::size_t)> hook) override { grad_ready_hook_ = std::move(hook); }
 
   HalfFormat format() const { return format_; }
+  DataType half_type() const { return format_ == HalfFormat::kBF16 ? DataType::kBFloat16 : DataType::kFloat16; }
   const std::uint16_t* half_params() const { return params_.data(); }
+  std::uint16_t* half_params() { return params_.data(); }  // ZeRO gathers shards into them
   const std::uint16_t* half_grads() const { return grads_.data(); }
+  std::uint16_t* half_grads() { return grads_.data(); }  // null without a gradient buffer
+  std::size_t master_begin() const { return master_begin_; }
+  float* held_master() { return master_.data(); }  // what ZeRO's optimizer step updates
+  // Without a gradient buffer (MixedStorage::grads false): `place(offset)` returns where the half
+  // gradients of the tensor starting at `offset` live (they accumulate there, as in the buffer).
+  // Called when backward first reads them and again when it stores them.
+  void set_grad_storage(std::function<std::uint16_t*(std::size_t offset)> place) { grad_storage_ = std::move(place); }
   // The accumulated gradients widened to fp32 (num_params), still multiplied by the loss scale.
   std::vector<float> grads_as_float() const;
   std::size_t attention_recompute_count() const { return attention_recomputes_; }
@@ -135,14 +159,23 @@ class MixedPrecisionModel final : public TrainModel, private BlockRunner {
     float *lnf_w, *lnf_b, *glnf_w, *glnf_b;     // (C)
   };
 
+  // Where the tensors the forward and backward address one at a time start in the flat buffer.
+  struct TensorOffsets {
+    std::size_t wte = 0, wpe = 0, lnf_w = 0, lnf_b = 0;
+    std::vector<std::size_t> blocks;  // each block's first tensor (ln_1.weight); a block is contiguous
+  };
+  static TensorOffsets tensor_offsets(const ParamLayout& layout, int num_layers);
+
   void ensure_buffers(int B, int T);
   void assign_activations(int B, int T);
-  std::size_t offset_of(const float* master_ptr) const { return static_cast<std::size_t>(master_ptr - master_.data()); }
-  // Widen n half parameters (or gradients) starting where `master_ptr` is in the master copy.
-  void widen_params(float* out, const float* master_ptr, std::size_t n) const;
-  void widen_grads(float* out, const float* master_ptr, std::size_t n) const;
-  // Round n fp32 gradients to half, into the gradients of the tensor at `master_ptr`.
-  void store_grads(const float* master_ptr, const float* in, std::size_t n);
+  // Widen n half parameters (or gradients) starting at `offset` of the flat buffer.
+  void widen_params(float* out, std::size_t offset, std::size_t n) const;
+  void widen_grads(float* out, std::size_t offset, std::size_t n);
+  // Round n fp32 gradients to half, into the gradients starting at `offset`.
+  void store_grads(std::size_t offset, const float* in, std::size_t n);
+  std::uint16_t* grad_place(std::size_t offset) {
+    return grad_storage_ ? grad_storage_(offset) : grads_.data() + offset;
+  }
   // Round n fp32 values in place and store them as half at `out`: a layer boundary.
   void narrow(std::uint16_t* out, float* in, std::size_t n) const;
   void widen(float* out, const std::uint16_t* in, std::size_t n) const { half_to_float(out, in, n, format_); }
@@ -167,9 +200,10 @@ class MixedPrecisionModel final : public TrainModel, private BlockRunner {
   ParamLayout layout_;
   HalfFormat format_;
   MemoryTracker* tracker_;
+  std::size_t master_begin_;  // master_ holds [master_begin_, master_begin_ + master_.size())
   Buffer<std::uint16_t> params_, grads_;
   Buffer<float> master_;
-  ParamView<float> master_view_;  // named views into master_, and through offset_of() into the rest
+  TensorOffsets offsets_;
   std::size_t block_params_ = 0;  // parameters of one block (contiguous in the layout)
   Buffer<std::uint16_t> act_buffer_;
   Buffer<float> lse_buffer_;    // chunked and flash: the block slots' lse, fp32 (activations)
@@ -184,9 +218,10 @@ class MixedPrecisionModel final : public TrainModel, private BlockRunner {
   AttentionStep<float> attention_step_ = attention_step<float>(AttentionKind::kNaive);  // attention_'s
   std::size_t block_forwards_ = 0;
   std::size_t attention_recomputes_ = 0;
-  std::function<void(std::size_t)> grad_ready_hook_;  // stage 04: called with the offset of final gradients
-  void notify_grads_ready(const float* master_ptr) {
-    if (grad_ready_hook_) grad_ready_hook_(offset_of(master_ptr));
+  std::function<void(std::size_t)> grad_ready_hook_;         // stage 04: called with the offset of final gradients
+  std::function<std::uint16_t*(std::size_t)> grad_storage_;  // stage 07: where gradients go (set_grad_storage)
+  void notify_grads_ready(std::size_t offset) {
+    if (grad_ready_hook_) grad_ready_hook_(offset);
   }
 };
 

@@ -11,12 +11,16 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/error.hpp"
 #include "precision/mixed_model.hpp"
 
 namespace scalelab {
 
 TrainModel::StepOutcome MixedPrecisionModel::optimizer_step(AdamW& optimizer, double lr, double grad_scale,
                                                             double clip) {
+  SCALELAB_CHECK(master_.size() == num_params() && grads_.size() == num_params(),
+                 "this mixed-precision model holds a shard of the master weights or no gradient buffer; its owner "
+                 "(ZeRO, dist/zero_mixed_model.cpp) runs the optimizer step");
   StepOutcome out;
   const std::size_t n = num_params(), chunk = chunk_.size();
   float* g = chunk_.data();  // (chunk) fp32 gradients of the current range

@@ -150,6 +150,10 @@ void require_cpu_fp32(const TrainOptions& o, const std::string& flag, const std:
   require(o.precision == "fp32", "precision",
           flag + ": " + what + " run in fp32 in this build, and --precision " + o.precision + " was asked for",
           "use --precision fp32 with " + name);
+  require_cpu(o, flag, name, what);
+}
+
+void require_cpu(const TrainOptions& o, const std::string& flag, const std::string& name, const std::string& what) {
   require(o.device == "cpu", "device",
           flag + ": " + what + " run on the CPU in this build, and --device " + o.device + " was asked for",
           "use --device cpu with " + name);

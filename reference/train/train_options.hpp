@@ -107,6 +107,8 @@ void check_batch_split(int batch, int ranks, int micro_batches);
 // (named "--pp") and what "pipeline stages": "--pp 2: pipeline stages run in fp32 in this build,
 // and --precision bf16 was asked for; use --precision fp32 with --pp".
 void require_cpu_fp32(const TrainOptions& o, const std::string& flag, const std::string& name, const std::string& what);
+// The device half of it (ZeRO runs in fp32 and mixed precision, on the CPU).
+void require_cpu(const TrainOptions& o, const std::string& flag, const std::string& name, const std::string& what);
 
 // Every field, exactly: doubles are written with 17 significant digits, which read back to the
 // same bits. options_from_json refuses unknown or missing keys (a file from another version).

@@ -22,6 +22,7 @@
 #include "core/error.hpp"
 #include "ddp_fixtures.hpp"
 #include "dist/ddp_strategy.hpp"
+#include "dist/zero_model.hpp"
 #include "dist/zero_strategy.hpp"
 #include "io/checkpoint.hpp"
 #include "io/safetensors.hpp"
@@ -406,11 +407,31 @@ TEST_CASE("bad ZeRO settings and files fail with one clear message", "[zero_erro
   o.parallel.zero = 3;
   CHECK_THROWS_WITH(ZeroStrategy(world, o), Catch::Contains("offload: --offload with --zero 3") &&
                                                 Catch::Contains("use --zero 1 or --zero 2 with --offload"));
-  o.parallel.zero = 2;
+  // Mixed precision: stages 1 and 2 (tests/dist/test_zero_mixed.cpp); stage 3, offload and the
+  // fp32 ring are refused by name.
   o.parallel.offload = false;
   o.precision = "bf16";
   CHECK_THROWS_WITH(ZeroStrategy(world, o),
-                    Catch::Contains("--zero 2: ZeRO's shards run in fp32") && Catch::Contains("use --precision fp32"));
+                    "zero: --zero 3 with --precision bf16: ZeRO-3 (parameters sharded) is built in fp32 only; stages 1 "
+                    "and 2 run in mixed precision; use --zero 1 or --zero 2 with --precision bf16, or --zero 3 with "
+                    "--precision fp32");
+  o.parallel.zero = 2;
+  o.parallel.offload = true;
+  CHECK_THROWS_WITH(ZeroStrategy(world, o),
+                    "offload: --offload with --precision bf16: the offloaded optimizer is "
+                    "built in fp32 only; use --precision fp32 with --offload, or leave out "
+                    "--offload");
+  o.parallel.offload = false;
+  o.precision = "fp16";
+  o.parallel.allreduce = "ring";
+  CHECK_THROWS_WITH(ZeroStrategy(world, o),
+                    "allreduce: --zero 2 with --precision fp16: the ring (comm/ring.hpp) adds "
+                    "fp32 gradients, and this model keeps them in half; use --allreduce "
+                    "builtin with --precision fp16");
+  o.parallel.allreduce = "builtin";
+  o.device = "cuda";
+  CHECK_THROWS_WITH(ZeroStrategy(world, o), Catch::Contains("device: --zero 2: ZeRO's shards run on the CPU"));
+  o.device = "cpu";
   o.precision = "fp32";
   o.parallel.reshard = true;
   o.parallel.zero = 0;
