@@ -1,5 +1,8 @@
-// Runs the scalelab program from a test: SCALELAB_CLI_PATH (a compile definition of the test's
-// target, which also depends on scalelab_cli) with the given arguments; stdout and stderr together.
+// Runs the scalelab program from a test (whose target depends on scalelab_cli) with the given
+// arguments; stdout and stderr together. The program is found beside the test in the build tree
+// (<build>/tests/<test>, <build>/bin/scalelab) at run time, not through a compile definition:
+// a definition naming the build directory would make every build directory compile the file
+// anew, where ccache now reuses the object.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -7,6 +10,7 @@
 #include <sys/wait.h>
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 namespace scalelab_test {
@@ -16,8 +20,13 @@ struct CliResult {
   std::string output;
 };
 
+inline std::string scalelab_cli_path() {
+  const std::filesystem::path test = std::filesystem::read_symlink("/proc/self/exe");
+  return (test.parent_path().parent_path() / "bin" / "scalelab").string();
+}
+
 inline CliResult run_cli(const std::string& args) {
-  const std::string cmd = std::string(SCALELAB_CLI_PATH) + " " + args + " 2>&1";
+  const std::string cmd = scalelab_cli_path() + " " + args + " 2>&1";
   CliResult r;
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
