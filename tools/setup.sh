@@ -22,7 +22,8 @@ while [ $# -gt 0 ]; do
 done
 
 packages=(build-essential cmake git python3 catch2 libbenchmark-dev libopenmpi-dev openmpi-bin
-          libopenblas-dev libdnnl-dev libblis-dev nlohmann-json3-dev libcli11-dev clang-format ccache)
+          libopenblas-dev libdnnl-dev libblis-dev nlohmann-json3-dev libcli11-dev clang-format ccache
+          ninja-build)
 if [ "$python" = 1 ]; then
   packages+=(python3-torch python3-numpy python3-matplotlib python3-pandas jupyter-nbconvert python3-ipykernel)
 fi
@@ -43,6 +44,21 @@ else
 fi
 
 if [ "$build" = 1 ]; then
+  # The presets use Ninja (it keeps both cores busy across targets, where make waits for each
+  # library to link). A build folder made with another generator is configured afresh; its
+  # objects come back from ccache.
+  bindir=$(python3 - "$preset" <<'EOF_PY'
+import json, sys
+for p in json.load(open("CMakePresets.json"))["configurePresets"]:
+    if p["name"] == sys.argv[1]:
+        print(p["binaryDir"].replace("${sourceDir}/", ""))
+EOF_PY
+)
+  if [ -n "$bindir" ] && [ -f "$bindir/CMakeCache.txt" ] &&
+     ! grep -qx 'CMAKE_GENERATOR:INTERNAL=Ninja' "$bindir/CMakeCache.txt"; then
+    echo "setup: $bindir was configured with another generator; configuring it for Ninja"
+    rm -rf "$bindir/CMakeCache.txt" "$bindir/CMakeFiles"
+  fi
   cmake --preset "$preset" >/dev/null
   cmake --build --preset "$preset"
   echo "setup: built preset '$preset'"

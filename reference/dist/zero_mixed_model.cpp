@@ -1,7 +1,8 @@
-// Stage 07 in mixed precision: ZeRO-1 and -2 around the mixed-precision GPT. The GPT's own
+// Stage 07 in mixed precision: ZeRO-1, -2 and -3 around the mixed-precision GPT. The GPT's own
 // forward and backward (precision/mixed_model.cpp) run unchanged; its grad-ready hook starts a
-// unit's reduce-scatter in half as soon as backward has finished the unit, and under stage 2 its
-// gradient storage is this model's working buffers.
+// unit's reduce-scatter in half as soon as backward has finished the unit, under stages 2 and 3
+// its gradient storage is this model's working buffers, and under stage 3 its parameter source
+// is this model's gathers.
 #include "dist/zero_mixed_model.hpp"
 
 #include <algorithm>
@@ -25,17 +26,24 @@ ZeroMixedModel::ZeroMixedModel(const GPTConfig& config, int stage, HalfFormat fo
       comm_(dp),
       tracker_(tracker),
       shards_((config.validate(), config), dp.rank(), dp.size()),
-      mixed_(config, format, tracker, MixedStorage{shards_.begin(), shards_.end(), stage == 1}),
+      mixed_(config, format, tracker, MixedStorage{shards_.begin(), shards_.end(), stage == 1, stage <= 2}),
       type_(mixed_.half_type()),
-      grad_shard_(stage == 2 ? shards_.size() : 0, MemCategory::kGrads, tracker),
-      working_(shards_.units().size()),
-      chunk_(2 * std::max<std::size_t>(1, std::min(shards_.size(), kChunk)), MemCategory::kWorkspace, tracker) {
-  require(stage == 1 || stage == 2, "zero",
-          "ZeRO stage " + std::to_string(stage) + " in mixed precision (" + mixed_.precision_name() +
-              ") is not built; stages 1 and 2 are",
-          "use --zero 1 or --zero 2 with --precision " + mixed_.precision_name() + ", or --precision fp32");
+      param_shard_(stage == 3 ? shards_.size() : 0, MemCategory::kParams, tracker),
+      grad_shard_(stage >= 2 ? shards_.size() : 0, MemCategory::kGrads, tracker),
+      chunk_(2 * std::max<std::size_t>(1, std::min(shards_.size(), kChunk)), MemCategory::kWorkspace, tracker),
+      working_(shards_.units().size()) {
+  require(stage >= 1 && stage <= 3, "zero", "ZeRO stage " + std::to_string(stage) + " does not exist",
+          "use --zero 1 (optimizer state), 2 (+ gradients) or 3 (+ parameters)");
   mixed_.set_grad_ready_hook([this](std::size_t offset) { on_grads_ready(offset); });
-  if (stage == 2) mixed_.set_grad_storage([this](std::size_t offset) { return grad_place(offset); });
+  if (stage >= 2) mixed_.set_grad_storage([this](std::size_t offset) { return grad_place(offset); });
+  if (stage == 3)
+    mixed_.set_param_source(
+        [this](std::size_t offset, bool block_backward) { return param_place(offset, block_backward); });
+}
+
+void ZeroMixedModel::init_weights(std::uint64_t seed) {
+  mixed_.init_weights(seed);  // every rank draws the whole model (the same seed) and keeps its shard
+  if (stage_ == 3) float_to_half(param_shard_.data(), mixed_.master_params(), shards_.size(), mixed_.format());
 }
 
 const std::uint16_t* ZeroMixedModel::grad_shard() const {
@@ -48,7 +56,10 @@ std::uint16_t* ZeroMixedModel::own_grads() {
 
 void ZeroMixedModel::set_master_params(const float* values) {
   mixed_.set_master_params(values);
-  all_gather_params();
+  if (stage_ <= 2)
+    all_gather_params();
+  else
+    float_to_half(param_shard_.data(), mixed_.master_params(), shards_.size(), mixed_.format());
 }
 
 void ZeroMixedModel::all_gather_params() {
@@ -71,17 +82,23 @@ void ZeroMixedModel::begin_step(int micro_batches) {
 }
 
 double ZeroMixedModel::forward(const int* tokens, const int* targets, int B, int T) {
+  if (stage_ == 3) gather_root();
   resume_compute();
   const double loss = mixed_.forward(tokens, targets, B, T);
   pause_compute("forward");
+  release_all();
   return loss;
 }
 
 void ZeroMixedModel::backward(double loss_scale) {
+  in_backward_ = true;
+  if (stage_ == 3) gather_root();  // the head needs wte, ln_f's backward its weight
   resume_compute();
   mixed_.backward(loss_scale);
   pause_compute("backward");
   finish_reductions(0);
+  release_all();
+  in_backward_ = false;
   for (const auto& w : working_) SCALELAB_CHECK(w.size() == 0, "a unit's gradients were not reduce-scattered");
   if (communicating_) {
     first_contribution_ = false;
@@ -166,6 +183,74 @@ void ZeroMixedModel::finish_reductions(std::size_t keep) {
   }
 }
 
+// ---- stage 3: parameters gathered when the model reads them -------------------------------
+
+const std::uint16_t* ZeroMixedModel::param_place(std::size_t offset, bool block_backward) {
+  const ZeroUnit& unit = shards_.units()[unit_index(offset)];
+  if (unit.block < 0) {  // the embeddings or ln_f, gathered for the whole pass
+    const Gathered& root = &unit == &shards_.embeddings() ? root_emb_ : root_lnf_;
+    SCALELAB_CHECK(root.weights.size() == unit.size(), unit.name, " read outside forward and backward");
+    return root.weights.data() + (offset - unit.begin);
+  }
+  // Waiting for a gather is not compute: the timeline leaves it out, so that each block's
+  // compute is an interval of its own (and the prefetch shows as overlapping it).
+  pause_compute(in_backward_ ? "backward" : "forward");
+  gather_around_block(unit.block, block_backward);
+  resume_compute();
+  return blocks_.front().weights.data() + (offset - unit.begin);
+}
+
+void ZeroMixedModel::start_gather(Gathered& g, const ZeroUnit& unit) {
+  g.block = unit.block;
+  g.weights = Buffer<std::uint16_t>(unit.size(), MemCategory::kParams, tracker_);
+  const std::size_t own = shards_.piece_size(unit), at = unit.pieces.offset(shards_.rank());
+  if (own > 0)
+    std::copy_n(param_shard_.data() + (shards_.piece_begin(unit) - shards_.begin()), own, g.weights.data() + at);
+  g.start_us = timeline_.now_us();
+  g.request = comm_.iall_gather_v(g.weights.data() + at, g.weights.data(), unit.pieces, type_);
+  g.pending = true;
+}
+
+void ZeroMixedModel::finish_gather(Gathered& g) {
+  if (!g.pending) return;
+  comm_.wait(g.request);
+  g.pending = false;
+  timeline_.add(g.block >= 0 ? "gather block " + std::to_string(g.block) : std::string("gather root"), "comm", 1,
+                g.start_us, timeline_.now_us());
+}
+
+void ZeroMixedModel::gather_around_block(int l, bool backward) {
+  // As the fp32 model's (dist/zero_model.cpp): free every gathered block but l, gather l if it
+  // was not prefetched, then start the next block of this pass (none while a checkpointed
+  // segment is recomputed during backward).
+  while (!blocks_.empty() && blocks_.front().block != l) {
+    finish_gather(blocks_.front());
+    blocks_.pop_front();
+  }
+  if (blocks_.empty()) start_gather(blocks_.emplace_back(), shards_.block(l));
+  while (blocks_.size() > 1) {
+    finish_gather(blocks_.back());
+    blocks_.pop_back();
+  }
+  finish_gather(blocks_.front());
+  const int next = backward ? l - 1 : (in_backward_ ? -1 : l + 1);
+  if (next >= 0 && next < config().num_layers) start_gather(blocks_.emplace_back(), shards_.block(next));
+}
+
+void ZeroMixedModel::gather_root() {
+  start_gather(root_emb_, shards_.embeddings());
+  start_gather(root_lnf_, shards_.head());
+  finish_gather(root_emb_);
+  finish_gather(root_lnf_);
+}
+
+void ZeroMixedModel::release_all() {
+  for (Gathered& g : blocks_) finish_gather(g);
+  blocks_.clear();
+  root_emb_.weights = Buffer<std::uint16_t>();
+  root_lnf_.weights = Buffer<std::uint16_t>();
+}
+
 // ---- the optimizer step on this rank's shard -----------------------------------------------
 
 TrainModel::StepOutcome ZeroMixedModel::optimizer_step(AdamW& optimizer, double lr, double grad_scale, double clip) {
@@ -174,7 +259,7 @@ TrainModel::StepOutcome ZeroMixedModel::optimizer_step(AdamW& optimizer, double 
   const HalfFormat format = mixed_.format();
   const std::size_t n = shards_.size(), chunk = chunk_.size();
   const std::uint16_t* half_grads = own_grads();
-  std::uint16_t* half_params = mixed_.half_params() + shards_.begin();
+  std::uint16_t* half_params = own_params();
   float* master = mixed_.held_master();
   float* g = chunk_.data();
   const float scale = static_cast<float>(grad_scale);
@@ -207,6 +292,7 @@ TrainModel::StepOutcome ZeroMixedModel::optimizer_step(AdamW& optimizer, double 
     optimizer.update_range(master + offset, g, offset, count, lr);
     float_to_half(half_params + offset, master + offset, count, format);
   }
+  if (stage_ == 3) return out;  // stage 3 gathers parameters when a unit needs them
   const double t0 = timeline_.now_us();
   all_gather_params();
   timeline_.add("all-gather parameters", "comm", 1, t0, timeline_.now_us());

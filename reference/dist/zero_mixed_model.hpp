@@ -1,23 +1,27 @@
-// Stage 07 in mixed precision (stage 03): ZeRO stages 1 and 2 over the bf16 or fp16 model,
+// Stage 07 in mixed precision (stage 03): ZeRO stages 1, 2 and 3 over the bf16 or fp16 model,
 // behind the same strategy as the fp32 ZeRO model (dist/zero_train_model.hpp).
 //
-//   stage  kept between steps by each of d ranks                     bytes per parameter
-//   1      half params, half grads; fp32 master, m, v of its shard    4 + 12/d
-//   2      half params; half grads, fp32 master, m, v of its shard    2 + 14/d
+//   stage  kept between steps by each of d ranks                         bytes per parameter
+//   1      half params, half grads; fp32 master, m, v of its shard        4 + 12/d
+//   2      half params; half grads, fp32 master, m, v of its shard        2 + 14/d
+//   3      of its shard only: half params, half grads, fp32 master, m, v  16/d
 //
 // The forward and backward are MixedPrecisionModel's (precision/mixed_model.hpp), told to keep
-// only this rank's shard of the master weights and, under stage 2, to put each unit's gradients
-// (the embeddings, a block, ln_f) in a working buffer of this model's from the start of the
-// unit's backward until its reduce-scatter has finished. The gradients travel in half: the
+// only this rank's shard of the master weights; under stages 2 and 3 to put each unit's
+// gradients (the embeddings, a block, ln_f) in a working buffer of this model's from the start of
+// the unit's backward until its reduce-scatter has finished; and under stage 3 to read each
+// unit's half parameters where this model gathered them: a block's just before it runs (the next
+// block's gather started while it computes), the embeddings' and ln_f's for the whole forward
+// and again for the whole backward. The gradients travel in half: the
 // Communicator's bf16 and fp16 types, whose reductions add in fp32 and round each sum to half
 // as NCCL does. The optimizer step unscales this rank's half gradient shard chunk by chunk,
 // takes the norm over the whole model (the ranks' sums of squares added, so an inf or NaN on
 // any rank skips the step on every rank), clips, updates the fp32 master shard with AdamW,
-// rounds it into this rank's half parameters, and an all-gather in half hands every rank the
-// others' shards.
+// rounds it into this rank's half parameters, and (stages 1, 2) an all-gather in half hands
+// every rank the others' shards.
 //
-// Not built in mixed precision, and refused by the strategy: stage 3, offload, and the
-// hand-written ring (it adds fp32).
+// Not built in mixed precision, and refused by the strategy: offload, and the hand-written ring
+// (it adds fp32).
 #pragma once
 
 #include <cstddef>
@@ -36,7 +40,7 @@ namespace scalelab {
 
 class ZeroMixedModel final : public ZeroTrainModel {
  public:
-  // stage 1 or 2 over the data-parallel group `dp` (which must outlive the model).
+  // stage 1, 2 or 3 over the data-parallel group `dp` (which must outlive the model).
   ZeroMixedModel(const GPTConfig& config, int stage, HalfFormat format, Communicator& dp, MemoryTracker* tracker);
   ZeroMixedModel(const ZeroMixedModel&) = delete;
   ZeroMixedModel& operator=(const ZeroMixedModel&) = delete;
@@ -51,10 +55,10 @@ class ZeroMixedModel final : public ZeroTrainModel {
   void set_checkpoint_policy(const CheckpointPolicy& policy) override { mixed_.set_checkpoint_policy(policy); }
   void set_attention(AttentionKind kind) override { mixed_.set_attention(kind); }
   // Every rank draws the whole model (the same seed): the same half parameters everywhere.
-  void init_weights(std::uint64_t seed) override { mixed_.init_weights(seed); }
+  void init_weights(std::uint64_t seed) override;
   // This rank's shard of the fp32 master weights.
   const float* master_params() const override { return mixed_.master_params(); }
-  // Collective: sets this rank's master shard, then all-gathers the half parameters.
+  // Collective: sets this rank's master shard, then (stages 1, 2) all-gathers the half parameters.
   void set_master_params(const float* values) override;
   StepOutcome optimizer_step(AdamW& optimizer, double lr, double grad_scale, double clip) override;
   std::size_t block_forward_count() const override { return mixed_.block_forward_count(); }
@@ -68,8 +72,9 @@ class ZeroMixedModel final : public ZeroTrainModel {
   ZeroStateBytes state_formula() const override {
     return zero_mixed_state_bytes(stage_, shards_.num_params(), shards_.size());
   }
-  // Every half parameter (the same on every rank between steps).
-  const std::uint16_t* half_params() const { return mixed_.half_params(); }
+  // Every half parameter (stages 1, 2: the same on every rank between steps), or this rank's
+  // shard of them (stage 3).
+  const std::uint16_t* half_params() const { return stage_ <= 2 ? mixed_.half_params() : param_shard_.data(); }
   // This rank's half gradient shard (shards().size()), still multiplied by the loss scale: after
   // the step's last backward, the sum over ranks of the whole batch's gradients.
   const std::uint16_t* grad_shard() const;
@@ -85,8 +90,25 @@ class ZeroMixedModel final : public ZeroTrainModel {
     double start_us = 0;
   };
 
+  // A unit's parameters gathered from their owners (stage 3).
+  struct Gathered {
+    int block = -1;
+    Buffer<std::uint16_t> weights;
+    Request request;
+    bool pending = false;
+    double start_us = 0;
+  };
+
   std::size_t unit_index(std::size_t offset) const;  // the unit holding element `offset`
-  std::uint16_t* grad_place(std::size_t offset);     // stage 2: MixedPrecisionModel's gradient storage
+  // Stage 3: MixedPrecisionModel's parameter source, and the gathers behind it.
+  const std::uint16_t* param_place(std::size_t offset, bool block_backward);
+  void gather_around_block(int l, bool backward);
+  void start_gather(Gathered& g, const ZeroUnit& unit);
+  void finish_gather(Gathered& g);
+  void gather_root();  // the embeddings and ln_f, for a whole pass
+  void release_all();  // every gathered buffer freed (after a pass)
+  std::uint16_t* own_params() { return stage_ <= 2 ? mixed_.half_params() + shards_.begin() : param_shard_.data(); }
+  std::uint16_t* grad_place(std::size_t offset);  // stage 2: MixedPrecisionModel's gradient storage
   std::uint16_t* own_grads();
   void on_grads_ready(std::size_t offset);
   void finish_reduction(Reduction& r);
@@ -100,15 +122,22 @@ class ZeroMixedModel final : public ZeroTrainModel {
   MemoryTracker* tracker_;
   MemoryTracker host_tracker_;  // nothing is offloaded: stays empty
   ZeroShards shards_;
-  MixedPrecisionModel mixed_;                   // half params (all), half grads (stage 1: all), fp32 master (shard)
-  DataType type_;                               // the half gradients' and parameters' type on the wire
-  Buffer<std::uint16_t> grad_shard_;            // stage 2: this rank's half gradients
-  std::vector<Buffer<std::uint16_t>> working_;  // stage 2: each unit's gradients during its backward
-  Buffer<float> chunk_;                         // the optimizer step's fp32 gradients, a chunk at a time
-  std::deque<Reduction> reductions_;            // in flight
-  int backwards_left_ = 0;                      // backward passes before the communicating one
-  bool communicating_ = true;                   // this backward reduce-scatters
-  bool first_contribution_ = true;  // stage 2: the step's first reduced gradients are copied, later ones added
+  // Half params (stages 1, 2: all), half grads (stage 1: all), fp32 master (this rank's shard).
+  MixedPrecisionModel mixed_;
+  DataType type_;                      // the half gradients' and parameters' type on the wire
+  Buffer<std::uint16_t> param_shard_;  // stage 3: this rank's half parameters
+  Buffer<std::uint16_t> grad_shard_;   // stages 2, 3: this rank's half gradients
+  Buffer<float> chunk_;                // the optimizer step's fp32 gradients, a chunk at a time
+  // Working sets: each unit's gradients during its backward (stages 2, 3); the embeddings and
+  // ln_f gathered for a pass, and at most two blocks, this one and the next (stage 3).
+  std::vector<Buffer<std::uint16_t>> working_;
+  Gathered root_emb_, root_lnf_;
+  std::deque<Gathered> blocks_;
+  std::deque<Reduction> reductions_;  // in flight
+  int backwards_left_ = 0;            // backward passes before the communicating one
+  bool communicating_ = true;         // this backward reduce-scatters
+  bool in_backward_ = false;
+  bool first_contribution_ = true;  // stages 2, 3: the step's first reduced sums are copied, later ones added
   Timeline timeline_;
   double compute_from_us_ = 0;
 };

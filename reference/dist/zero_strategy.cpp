@@ -44,11 +44,7 @@ ZeroStrategy::ZeroStrategy(Communicator& comm, const TrainOptions& o)
   const std::string flag = "--zero " + std::to_string(stage_);
   require_cpu(o, flag, flag, "ZeRO's shards");
   if (precision_ != "fp32") {
-    // Mixed precision (dist/zero_mixed_model.hpp): stages 1 and 2, the backend's collectives.
-    require(stage_ <= 2, "zero",
-            flag + " with --precision " + precision_ +
-                ": ZeRO-3 (parameters sharded) is built in fp32 only; stages 1 and 2 run in mixed precision",
-            "use --zero 1 or --zero 2 with --precision " + precision_ + ", or --zero 3 with --precision fp32");
+    // Mixed precision (dist/zero_mixed_model.hpp): stages 1-3 with the backend's collectives.
     require(!offload_, "offload",
             "--offload with --precision " + precision_ + ": the offloaded optimizer is built in fp32 only",
             "use --precision fp32 with --offload, or leave out --offload");

@@ -49,7 +49,7 @@ void MixedPrecisionModel::backward_block(int l, int slot, ActPlace x) {
   if (acts_.shared_att)
     widen(stage_.acts.att, acts_.shared_att, static_cast<std::size_t>(config_.num_heads) * acts_.B * acts_.T * acts_.T);
   widen(stage_.x, place(x), NC);
-  widen_params(stage_.wblock, offsets_.blocks[static_cast<std::size_t>(l)], block_params_);
+  widen_params(stage_.wblock, offsets_.blocks[static_cast<std::size_t>(l)], block_params_, true);
   widen_grads(stage_.gblock, offsets_.blocks[static_cast<std::size_t>(l)], block_params_);
   block_backward_staged();
   store_grads(offsets_.blocks[static_cast<std::size_t>(l)], stage_.gblock, block_params_);

@@ -38,7 +38,7 @@ MixedPrecisionModel::MixedPrecisionModel(const GPTConfig& config, HalfFormat for
       format_(format),
       tracker_(tracker),
       master_begin_(std::min(storage.master_begin, layout_.num_params())),
-      params_(layout_.num_params(), MemCategory::kParams, tracker),
+      params_(storage.params ? layout_.num_params() : 0, MemCategory::kParams, tracker),
       grads_(storage.grads ? layout_.num_params() : 0, MemCategory::kGrads, tracker),
       master_(std::max(std::min(storage.master_end, layout_.num_params()), master_begin_) - master_begin_,
               MemCategory::kOptimizer, tracker),
@@ -74,8 +74,8 @@ MixedPrecisionModel::TensorOffsets MixedPrecisionModel::tensor_offsets(const Par
   return o;
 }
 
-void MixedPrecisionModel::widen_params(float* out, std::size_t offset, std::size_t n) const {
-  half_to_float(out, params_.data() + offset, n, format_);
+void MixedPrecisionModel::widen_params(float* out, std::size_t offset, std::size_t n, bool block_backward) const {
+  half_to_float(out, param_source_ ? param_source_(offset, block_backward) : params_.data() + offset, n, format_);
 }
 
 void MixedPrecisionModel::widen_grads(float* out, std::size_t offset, std::size_t n) {
@@ -95,19 +95,19 @@ void MixedPrecisionModel::init_weights(std::uint64_t seed) {
   // The fp32 model's initialisation, straight into the master weights when they are all held.
   if (master_.size() == num_params()) {
     init_gpt2_weights(layout(), config_.num_layers, master_.data(), seed);
-    float_to_half(params_.data(), master_.data(), num_params(), format_);
+    float_to_half(params_.data(), master_.data(), params_.size(), format_);
     return;
   }
-  // A shard of them (ZeRO): every parameter drawn, rounded to half, and the shard kept.
+  // A shard of them (ZeRO): every parameter drawn, rounded to half where held, the shard kept.
   Buffer<float> whole(num_params(), MemCategory::kWorkspace, tracker_);
   init_gpt2_weights(layout(), config_.num_layers, whole.data(), seed);
-  float_to_half(params_.data(), whole.data(), num_params(), format_);
+  float_to_half(params_.data(), whole.data(), params_.size(), format_);
   std::copy_n(whole.data() + master_begin_, master_.size(), master_.data());
 }
 
 void MixedPrecisionModel::set_master_params(const float* values) {
   std::copy_n(values, master_.size(), master_.data());
-  float_to_half(params_.data() + master_begin_, master_.data(), master_.size(), format_);
+  if (params_.size() > 0) float_to_half(params_.data() + master_begin_, master_.data(), master_.size(), format_);
 }
 
 void MixedPrecisionModel::zero_grad() { std::fill(grads_.begin(), grads_.end(), std::uint16_t{0}); }

@@ -69,14 +69,16 @@ struct MixedActivationElements {
 MixedActivationElements mixed_activation_elements(const GPTConfig& config, int B, int T, const CheckpointPolicy& policy,
                                                   AttentionKind attention);
 
-// What a MixedPrecisionModel keeps itself. By default: the fp32 master weights of every parameter
-// and a half gradient buffer of the whole model. ZeRO (stage 07, dist/zero_mixed_model.hpp) keeps
-// only its shard of the master weights, and under stage 2 gives each tensor's gradients a place of
-// its own (set_grad_storage).
+// What a MixedPrecisionModel keeps itself. By default: the half parameters, a half gradient
+// buffer and the fp32 master weights of the whole model. ZeRO (stage 07,
+// dist/zero_mixed_model.hpp) keeps only its shard of the master weights, under stages 2 and 3
+// gives each tensor's gradients a place of its own (set_grad_storage), and under stage 3 hands
+// the parameters over where they were gathered (set_param_source).
 struct MixedStorage {
   std::size_t master_begin = 0;                           // the master weights held: [master_begin,
   std::size_t master_end = static_cast<std::size_t>(-1);  // master_end) of the flat buffer
-  bool grads = true;  // false: no gradient buffer; set_grad_storage says where gradients go
+  bool grads = true;   // false: no gradient buffer; set_grad_storage says where gradients go
+  bool params = true;  // false: no half parameters; set_param_source says where they are
 };
 
 // The blocks run through the one walk of model/block_walk.cpp; the model is its BlockRunner
@@ -136,6 +138,12 @@ class MixedPrecisionModel final : public TrainModel, private BlockRunner {
   // gradients of the tensor starting at `offset` live (they accumulate there, as in the buffer).
   // Called when backward first reads them and again when it stores them.
   void set_grad_storage(std::function<std::uint16_t*(std::size_t offset)> place) { grad_storage_ = std::move(place); }
+  // Without half parameters (MixedStorage::params false): `source(offset, block_backward)` returns
+  // where the half parameters of the tensor starting at `offset` are, just before they are read:
+  // a block's as the block runs (block_backward: for its backward; false for its forward, also
+  // when checkpointing recomputes it), the embeddings' and ln_f's during forward and backward.
+  using ParamSource = std::function<const std::uint16_t*(std::size_t offset, bool block_backward)>;
+  void set_param_source(ParamSource source) { param_source_ = std::move(source); }
   // The accumulated gradients widened to fp32 (num_params), still multiplied by the loss scale.
   std::vector<float> grads_as_float() const;
   std::size_t attention_recompute_count() const { return attention_recomputes_; }
@@ -169,7 +177,7 @@ class MixedPrecisionModel final : public TrainModel, private BlockRunner {
   void ensure_buffers(int B, int T);
   void assign_activations(int B, int T);
   // Widen n half parameters (or gradients) starting at `offset` of the flat buffer.
-  void widen_params(float* out, std::size_t offset, std::size_t n) const;
+  void widen_params(float* out, std::size_t offset, std::size_t n, bool block_backward = false) const;
   void widen_grads(float* out, std::size_t offset, std::size_t n);
   // Round n fp32 gradients to half, into the gradients starting at `offset`.
   void store_grads(std::size_t offset, const float* in, std::size_t n);
@@ -220,6 +228,7 @@ class MixedPrecisionModel final : public TrainModel, private BlockRunner {
   std::size_t attention_recomputes_ = 0;
   std::function<void(std::size_t)> grad_ready_hook_;         // stage 04: called with the offset of final gradients
   std::function<std::uint16_t*(std::size_t)> grad_storage_;  // stage 07: where gradients go (set_grad_storage)
+  ParamSource param_source_;                                 // stage 07: where parameters are (set_param_source)
   void notify_grads_ready(std::size_t offset) {
     if (grad_ready_hook_) grad_ready_hook_(offset);
   }

@@ -109,11 +109,11 @@ TEST_CASE("data parallel and ZeRO 1-3: memory and traffic per rank as the planne
   check_against_plan(world, {1, 1, 2, 1, false, "1f1b", "sqrt"});
 }
 
-TEST_CASE("data parallel and ZeRO 1-2 in bf16: memory and traffic per rank as the planner predicts", "[plan_runs]") {
-  // 2 + 2 + 12 bytes per parameter, ZeRO-1 4 + 12/d, ZeRO-2 2 + 14/d; the gradients and the
-  // gathered parameters travel in bf16, half of fp32's bytes.
+TEST_CASE("data parallel and ZeRO 1-3 in bf16: memory and traffic per rank as the planner predicts", "[plan_runs]") {
+  // 2 + 2 + 12 bytes per parameter, ZeRO-1 4 + 12/d, ZeRO-2 2 + 14/d, ZeRO-3 16/d; the gradients
+  // and the gathered parameters travel in bf16, half of fp32's bytes.
   Communicator& world = test_world();
-  for (int zero = 0; zero <= 2; ++zero)
+  for (int zero = 0; zero <= 3; ++zero)
     for (int m : {1, 2}) {
       Run r{1, 1, zero, m};
       r.precision = "bf16";
