@@ -27,7 +27,6 @@ ZeroMixedModel::ZeroMixedModel(const GPTConfig& config, int stage, HalfFormat fo
       tracker_(tracker),
       shards_((config.validate(), config), dp.rank(), dp.size()),
       mixed_(config, format, tracker, MixedStorage{shards_.begin(), shards_.end(), stage == 1, stage <= 2}),
-      type_(mixed_.half_type()),
       param_shard_(stage == 3 ? shards_.size() : 0, MemCategory::kParams, tracker),
       grad_shard_(stage >= 2 ? shards_.size() : 0, MemCategory::kGrads, tracker),
       chunk_(2 * std::max<std::size_t>(1, std::min(shards_.size(), kChunk)), MemCategory::kWorkspace, tracker),
@@ -46,14 +45,6 @@ void ZeroMixedModel::init_weights(std::uint64_t seed) {
   if (stage_ == 3) float_to_half(param_shard_.data(), mixed_.master_params(), shards_.size(), mixed_.format());
 }
 
-const std::uint16_t* ZeroMixedModel::grad_shard() const {
-  return stage_ == 1 ? mixed_.half_grads() + shards_.begin() : grad_shard_.data();
-}
-
-std::uint16_t* ZeroMixedModel::own_grads() {
-  return stage_ == 1 ? mixed_.half_grads() + shards_.begin() : grad_shard_.data();
-}
-
 void ZeroMixedModel::set_master_params(const float* values) {
   mixed_.set_master_params(values);
   if (stage_ <= 2)
@@ -65,7 +56,7 @@ void ZeroMixedModel::set_master_params(const float* values) {
 void ZeroMixedModel::all_gather_params() {
   // In place: this rank's shard sits at its offset of the whole buffer (BlockPartition's cut).
   std::uint16_t* params = mixed_.half_params();
-  comm_.all_gather(params + shards_.begin(), params, shards_.num_params(), type_);
+  comm_.all_gather(params + shards_.begin(), params, shards_.num_params(), mixed_.half_type());
 }
 
 void ZeroMixedModel::zero_grad() {
@@ -148,7 +139,7 @@ void ZeroMixedModel::on_grads_ready(std::size_t offset) {
   }
   r.recv = Buffer<std::uint16_t>(shards_.piece_size(*unit), MemCategory::kComm, tracker_);
   r.start_us = timeline_.now_us();
-  r.request = comm_.ireduce_scatter_v(send, r.recv.data(), unit->pieces, type_, ReduceOp::kSum);
+  r.request = comm_.ireduce_scatter_v(send, r.recv.data(), unit->pieces, mixed_.half_type(), ReduceOp::kSum);
   resume_compute();
 }
 
@@ -157,7 +148,7 @@ void ZeroMixedModel::finish_reduction(Reduction& r) {
   comm_.wait(r.request);
   timeline_.add("reduce-scatter " + u.name, "comm", 1, r.start_us, timeline_.now_us());
   const std::size_t n = shards_.piece_size(u);
-  std::uint16_t* mine = own_grads() + (shards_.piece_begin(u) - shards_.begin());
+  std::uint16_t* mine = grad_shard() + (shards_.piece_begin(u) - shards_.begin());
   if (stage_ == 1 || first_contribution_) {
     std::copy_n(r.recv.data(), n, mine);
     return;
@@ -207,7 +198,7 @@ void ZeroMixedModel::start_gather(Gathered& g, const ZeroUnit& unit) {
   if (own > 0)
     std::copy_n(param_shard_.data() + (shards_.piece_begin(unit) - shards_.begin()), own, g.weights.data() + at);
   g.start_us = timeline_.now_us();
-  g.request = comm_.iall_gather_v(g.weights.data() + at, g.weights.data(), unit.pieces, type_);
+  g.request = comm_.iall_gather_v(g.weights.data() + at, g.weights.data(), unit.pieces, mixed_.half_type());
   g.pending = true;
 }
 
@@ -258,7 +249,7 @@ TrainModel::StepOutcome ZeroMixedModel::optimizer_step(AdamW& optimizer, double 
   StepOutcome out;
   const HalfFormat format = mixed_.format();
   const std::size_t n = shards_.size(), chunk = chunk_.size();
-  const std::uint16_t* half_grads = own_grads();
+  const std::uint16_t* half_grads = grad_shard();
   std::uint16_t* half_params = own_params();
   float* master = mixed_.held_master();
   float* g = chunk_.data();

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.hpp"
@@ -77,8 +78,10 @@ class ZeroMixedModel final : public ZeroTrainModel {
   const std::uint16_t* half_params() const { return stage_ <= 2 ? mixed_.half_params() : param_shard_.data(); }
   // This rank's half gradient shard (shards().size()), still multiplied by the loss scale: after
   // the step's last backward, the sum over ranks of the whole batch's gradients.
-  const std::uint16_t* grad_shard() const;
-  std::uint16_t* grad_shard() { return own_grads(); }
+  const std::uint16_t* grad_shard() const {
+    return stage_ == 1 ? mixed_.half_grads() + shards_.begin() : grad_shard_.data();
+  }
+  std::uint16_t* grad_shard() { return const_cast<std::uint16_t*>(std::as_const(*this).grad_shard()); }
 
  private:
   // A unit's half gradients on their way to the owners.
@@ -108,8 +111,7 @@ class ZeroMixedModel final : public ZeroTrainModel {
   void gather_root();  // the embeddings and ln_f, for a whole pass
   void release_all();  // every gathered buffer freed (after a pass)
   std::uint16_t* own_params() { return stage_ <= 2 ? mixed_.half_params() + shards_.begin() : param_shard_.data(); }
-  std::uint16_t* grad_place(std::size_t offset);  // stage 2: MixedPrecisionModel's gradient storage
-  std::uint16_t* own_grads();
+  std::uint16_t* grad_place(std::size_t offset);  // stages 2, 3: MixedPrecisionModel's gradient storage
   void on_grads_ready(std::size_t offset);
   void finish_reduction(Reduction& r);
   void finish_reductions(std::size_t keep);  // until at most `keep` are in flight
@@ -124,7 +126,6 @@ class ZeroMixedModel final : public ZeroTrainModel {
   ZeroShards shards_;
   // Half params (stages 1, 2: all), half grads (stage 1: all), fp32 master (this rank's shard).
   MixedPrecisionModel mixed_;
-  DataType type_;                      // the half gradients' and parameters' type on the wire
   Buffer<std::uint16_t> param_shard_;  // stage 3: this rank's half parameters
   Buffer<std::uint16_t> grad_shard_;   // stages 2, 3: this rank's half gradients
   Buffer<float> chunk_;                // the optimizer step's fp32 gradients, a chunk at a time

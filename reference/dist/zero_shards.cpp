@@ -58,20 +58,19 @@ std::size_t ZeroShards::largest_block() const {
 }
 
 ZeroStateBytes zero_state_bytes(int stage, std::size_t psi, std::size_t shard) {
-  const std::size_t f = sizeof(float);
-  ZeroStateBytes b;
-  b.params = f * (stage >= 3 ? shard : psi);
-  b.grads = f * (stage >= 2 ? shard : psi);
-  b.optimizer = 2 * f * (stage >= 1 ? shard : psi);
-  return b;
+  return zero_state_bytes(stage, psi, shard, {sizeof(float), sizeof(float), 2 * sizeof(float)});
 }
 
 ZeroStateBytes zero_mixed_state_bytes(int stage, std::size_t psi, std::size_t shard) {
-  const std::size_t h = 2;  // a bf16 or fp16 element
+  // half parameters and gradients (bf16 or fp16); the fp32 master weights, m and v
+  return zero_state_bytes(stage, psi, shard, {2, 2, 3 * sizeof(float)});
+}
+
+ZeroStateBytes zero_state_bytes(int stage, std::size_t psi, std::size_t shard, const ZeroStateBytes& per_element) {
   ZeroStateBytes b;
-  b.params = h * (stage >= 3 ? shard : psi);
-  b.grads = h * (stage >= 2 ? shard : psi);
-  b.optimizer = (sizeof(float) + 2 * sizeof(float)) * (stage >= 1 ? shard : psi);  // master, m, v
+  b.params = per_element.params * (stage >= 3 ? shard : psi);
+  b.grads = per_element.grads * (stage >= 2 ? shard : psi);
+  b.optimizer = per_element.optimizer * (stage >= 1 ? shard : psi);
   return b;
 }
 

@@ -87,6 +87,8 @@ ZeroStateBytes zero_state_bytes(int stage, std::size_t psi, std::size_t shard);
 //   stage 2        2 psi + 2 shard + 12 shard   =  2 psi + 14 psi/d
 //   stage 3        2 shard + 2 shard + 12 shard = 16 psi/d
 ZeroStateBytes zero_mixed_state_bytes(int stage, std::size_t psi, std::size_t shard);
+// Both: `per_element` bytes of each per parameter, the stage's categories counted for the shard.
+ZeroStateBytes zero_state_bytes(int stage, std::size_t psi, std::size_t shard, const ZeroStateBytes& per_element);
 // ZeRO-Offload (stages 1 and 2): the fp32 master shard, the gradient shard and m, v live in host
 // memory, 4 + 4 + 8 bytes per element of the shard (16 psi/d); the device keeps the parameters,
 // 4 psi, and under stage 1 the whole gradient, 4 psi, which backward accumulates into:

@@ -62,12 +62,11 @@ ZeroStrategy::ZeroStrategy(Communicator& comm, const TrainOptions& o)
 std::unique_ptr<TrainModel> ZeroStrategy::make_model(const GPTConfig& config, const std::string& /*precision*/,
                                                      MemoryTracker* tracker, const TrainModelFactory& /*whole*/) {
   tracker_ = tracker;
-  if (precision_ != "fp32") {
-    auto model = std::make_unique<ZeroMixedModel>(config, stage_, parse_half_format(precision_), comm_, tracker);
-    model_ = model.get();
-    return model;
-  }
-  auto model = std::make_unique<ZeroModel>(config, stage_, comm_, algorithm_, tracker, offload_);
+  std::unique_ptr<ZeroTrainModel> model;
+  if (precision_ == "fp32")
+    model = std::make_unique<ZeroModel>(config, stage_, comm_, algorithm_, tracker, offload_);
+  else
+    model = std::make_unique<ZeroMixedModel>(config, stage_, parse_half_format(precision_), comm_, tracker);
   model_ = model.get();
   return model;
 }

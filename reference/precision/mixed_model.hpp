@@ -132,8 +132,7 @@ class MixedPrecisionModel final : public TrainModel, private BlockRunner {
   std::uint16_t* half_params() { return params_.data(); }  // ZeRO gathers shards into them
   const std::uint16_t* half_grads() const { return grads_.data(); }
   std::uint16_t* half_grads() { return grads_.data(); }  // null without a gradient buffer
-  std::size_t master_begin() const { return master_begin_; }
-  float* held_master() { return master_.data(); }  // what ZeRO's optimizer step updates
+  float* held_master() { return master_.data(); }        // what ZeRO's optimizer step updates
   // Without a gradient buffer (MixedStorage::grads false): `place(offset)` returns where the half
   // gradients of the tensor starting at `offset` live (they accumulate there, as in the buffer).
   // Called when backward first reads them and again when it stores them.
