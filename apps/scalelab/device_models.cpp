@@ -5,6 +5,7 @@
 
 #ifdef SCALELAB_HAVE_CUDA
 #include "kernels/core/device.hpp"
+#include "kernels/dist/gpu_zero_model.hpp"
 #include "kernels/dist/host_staging_communicator.hpp"
 #include "kernels/model/gpu_train_model.hpp"
 #endif
@@ -66,6 +67,13 @@ std::unique_ptr<Communicator> make_nccl_gradient_communicator(Communicator& host
   nccl_not_built();
 #endif
 }
+
+// The device-memory twin of `host` for work ordered after `stream`: NCCL, or host staging.
+std::unique_ptr<Communicator> device_communicator(bool nccl, Communicator& host, cudaStream_t stream,
+                                                  double timeout_seconds) {
+  if (nccl) return make_nccl_gradient_communicator(host, stream, timeout_seconds);
+  return std::make_unique<cuda::HostStagingCommunicator>(host, stream);
+}
 #endif
 }  // namespace
 
@@ -82,9 +90,7 @@ std::unique_ptr<Communicator> gradient_communicator_for(const std::string& devic
                                                         TrainModel& model, double timeout_seconds) {
   if (device != "cuda") return nullptr;
 #ifdef SCALELAB_HAVE_CUDA
-  const cudaStream_t stream = model_stream(model);
-  if (nccl) return make_nccl_gradient_communicator(host, stream, timeout_seconds);
-  return std::make_unique<cuda::HostStagingCommunicator>(host, stream);
+  return device_communicator(nccl, host, model_stream(model), timeout_seconds);
 #else
   (void)nccl, (void)host, (void)model, (void)timeout_seconds;
   require_cuda();  // throws: no GPU models in this build
@@ -97,6 +103,23 @@ GradCommFactory gradient_communicator_factory(const std::string& device, bool nc
   return [device, nccl, timeout_seconds](Communicator& host, TrainModel& model) {
     return gradient_communicator_for(device, nccl, host, model, timeout_seconds);
   };
+}
+
+ZeroModelFactory zero_model_factory(const std::string& device, bool nccl, double timeout_seconds) {
+  if (device != "cuda") return {};
+#ifdef SCALELAB_HAVE_CUDA
+  return [nccl, timeout_seconds](const GPTConfig& config, int /*stage: 1, the strategy checked*/,
+                                 const std::string& precision, bool offload, Communicator& dp, MemoryTracker* tracker) {
+    const cuda::DeviceCommFactory make_comm = [nccl, timeout_seconds](Communicator& host, cudaStream_t stream) {
+      return device_communicator(nccl, host, stream, timeout_seconds);
+    };
+    return cuda::make_gpu_zero_model(config, precision, dp, make_comm, tracker, offload);
+  };
+#else
+  (void)nccl, (void)timeout_seconds;
+  require_cuda();  // throws: no GPU models in this build
+  return {};
+#endif
 }
 
 TrainModelFactory model_factory_for(const std::string& device) {

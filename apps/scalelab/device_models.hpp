@@ -8,6 +8,7 @@
 
 #include "comm/communicator.hpp"
 #include "dist/ddp_strategy.hpp"
+#include "dist/zero_train_model.hpp"
 #include "train/trainer.hpp"
 
 namespace scalelab::cli {
@@ -23,6 +24,10 @@ std::unique_ptr<Communicator> gradient_communicator_for(const std::string& devic
                                                         TrainModel& model, double timeout_seconds);
 // The same as a factory for the DDP strategy (dist/ddp_strategy.hpp): empty for cpu.
 GradCommFactory gradient_communicator_factory(const std::string& device, bool nccl, double timeout_seconds);
+// Stage 07 on the GPU: builds GpuZeroModel (kernels/dist/gpu_zero_model.hpp) over the
+// data-parallel group, its gradients and parameters moving through NCCL (nccl set) or the
+// host-staging adapter. Empty for cpu.
+ZeroModelFactory zero_model_factory(const std::string& device, bool nccl, double timeout_seconds);
 // --backend nccl: throws ConfigError unless the device is cuda and this build has NCCL. Called
 // before MPI starts, so every rank fails alike with one message.
 void require_nccl_backend(const std::string& device);

@@ -49,7 +49,10 @@ RunSummary run_training(const TrainOptions& options, const RunOutput& out, Commu
   MemoryTracker tracker;
   const GradCommFactory grad_comm = gradient_communicator_factory(options.device, options.parallel.backend == "nccl",
                                                                   options.parallel.comm_timeout);
-  Trainer trainer(options, &tracker, model_factory_for(options.device), make_strategy_factory(world, grad_comm));
+  const bool nccl = options.parallel.backend == "nccl";
+  Trainer trainer(options, &tracker, model_factory_for(options.device),
+                  make_strategy_factory(world, grad_comm,
+                                        zero_model_factory(options.device, nccl, options.parallel.comm_timeout)));
   const bool parallel = !options.parallel.single_device() || (world && world->size() > 1);
   MetricsWriter metrics = options.metrics.empty() ? MetricsWriter() : MetricsWriter(options.metrics);
   RunSummary summary;

@@ -70,6 +70,7 @@ class ZeroMixedModel final : public ZeroTrainModel {
   const Timeline& timeline() const override { return timeline_; }
   const MemoryTracker& host_memory() const override { return host_tracker_; }
   const float* full_params() const override { return nullptr; }  // the parameters are half
+  const Communicator& step_communicator() const override { return comm_; }
   ZeroStateBytes state_formula() const override {
     return zero_mixed_state_bytes(stage_, shards_.num_params(), shards_.size());
   }

@@ -92,6 +92,7 @@ class ZeroModel final : public ZeroTrainModel {
   const float* full_params() const override { return stage_ <= 2 ? params_.data() : nullptr; }
   // The last step's compute and communication intervals.
   const Timeline& timeline() const override { return timeline_; }
+  const Communicator& step_communicator() const override { return comm_; }
   ZeroStateBytes state_formula() const override {
     return offload_ ? zero_offload_device_bytes(stage_, shards_.num_params())
                     : zero_state_bytes(stage_, shards_.num_params(), shards_.size());

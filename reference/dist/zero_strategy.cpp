@@ -34,20 +34,36 @@ std::string zero_shard_path(const std::string& path, int rank) {
   return rank == 0 ? path : path + ".zero-rank" + std::to_string(rank);
 }
 
-ZeroStrategy::ZeroStrategy(Communicator& comm, const TrainOptions& o)
+ZeroStrategy::ZeroStrategy(Communicator& comm, const TrainOptions& o, ZeroModelFactory device_model)
     : comm_(comm),
       stage_(o.parallel.zero),
       reshard_(o.parallel.reshard),
       offload_(o.parallel.offload),
       algorithm_(DdpOptions::parse_algorithm(o.parallel.allreduce)),
-      precision_(o.precision) {
+      precision_(o.precision),
+      device_model_(o.device == "cpu" ? ZeroModelFactory{} : std::move(device_model)) {
   const std::string flag = "--zero " + std::to_string(stage_);
+  if (device_model_) {
+    // On a GPU (kernels/dist/gpu_zero_model.hpp): stage 1, with or without offload, any precision.
+    require(stage_ == 1, "zero",
+            flag + " with --device " + o.device +
+                ": ZeRO-2 and -3 need the GPU model to keep each unit's gradients (and parameters) in working "
+                "buffers that ZeRO hands it, which this build's GPU model does not offer",
+            "use --zero 1 (with --offload if the optimizer state does not fit) on the GPU, or --device cpu for "
+            "ZeRO-" +
+                std::to_string(stage_));
+    require(algorithm_ != DdpOptions::Algorithm::kRing, "allreduce",
+            flag + " with --device " + o.device + ": the ring (comm/ring.hpp) adds the pieces on the host",
+            "use --allreduce builtin on the GPU");
+    return;
+  }
   require_cpu(o, flag, flag, "ZeRO's shards");
   if (precision_ != "fp32") {
     // Mixed precision (dist/zero_mixed_model.hpp): stages 1-3 with the backend's collectives.
     require(!offload_, "offload",
-            "--offload with --precision " + precision_ + ": the offloaded optimizer is built in fp32 only",
-            "use --precision fp32 with --offload, or leave out --offload");
+            "--offload with --precision " + precision_ + ": the CPU's offloaded optimizer is built in fp32 only",
+            "use --precision fp32 with --offload, or leave out --offload (on a GPU, --device cuda offloads any "
+            "precision)");
     require(algorithm_ != DdpOptions::Algorithm::kRing, "allreduce",
             flag + " with --precision " + precision_ +
                 ": the ring (comm/ring.hpp) adds fp32 gradients, and this model keeps them in half",
@@ -63,7 +79,9 @@ std::unique_ptr<TrainModel> ZeroStrategy::make_model(const GPTConfig& config, co
                                                      MemoryTracker* tracker, const TrainModelFactory& /*whole*/) {
   tracker_ = tracker;
   std::unique_ptr<ZeroTrainModel> model;
-  if (precision_ == "fp32")
+  if (device_model_)
+    model = device_model_(config, stage_, precision_, offload_, comm_, tracker);
+  else if (precision_ == "fp32")
     model = std::make_unique<ZeroModel>(config, stage_, comm_, algorithm_, tracker, offload_);
   else
     model = std::make_unique<ZeroMixedModel>(config, stage_, parse_half_format(precision_), comm_, tracker);
@@ -83,13 +101,15 @@ std::string ZeroStrategy::describe() const {
   return "ZeRO stage " + std::to_string(stage_) + ": " + std::to_string(comm_.size()) + " ranks x " +
          std::to_string(batch_rows_ / comm_.size()) + " rows, this rank owns [" + std::to_string(s.begin()) + ", " +
          std::to_string(s.end()) + ") of " + std::to_string(s.num_params()) + " parameters, " +
-         (algorithm_ == DdpOptions::Algorithm::kRing ? "ring (ours, blocking)"
-                                                     : std::string("builtin (non-blocking, ") + comm_.backend() + ")") +
+         (algorithm_ == DdpOptions::Algorithm::kRing
+              ? "ring (ours, blocking)"
+              : std::string("builtin (") + (device_model_ ? "" : "non-blocking, ") +
+                    model_->step_communicator().backend() + ")") +
          (offload_ ? "; optimizer shard, master and gradient shard offloaded to host memory" : "");
 }
 
 void ZeroStrategy::begin_step(const GlobalBatch& batch) {
-  before_ = comm_.stats();
+  before_ = model_->step_communicator().stats();
   model_->begin_step(batch.micro_batches);
 }
 
@@ -103,7 +123,8 @@ TrainModel::StepOutcome ZeroStrategy::optimizer_step(TrainModel& model, AdamW& o
                                                      double clip) {
   const TrainModel::StepOutcome out = model.optimizer_step(optimizer, lr, grad_scale, clip);
   report_ = {};
-  for (CommOp op : kStepOps) report_.bytes_sent += comm_.stats()[op].bytes_sent - before_[op].bytes_sent;
+  const CommStats& now = model_->step_communicator().stats();
+  for (CommOp op : kStepOps) report_.bytes_sent += now[op].bytes_sent - before_[op].bytes_sent;
   const auto& events = model_->timeline().events();
   report_.comm_seconds = comm_busy_us(events) * 1e-6;
   report_.hidden_fraction = hidden_fraction(events);

@@ -27,7 +27,8 @@ std::string zero_shard_path(const std::string& path, int rank);
 class ZeroStrategy final : public ParallelStrategy {
  public:
   // comm: the data-parallel group (the world: ZeRO does not compose with tp or pp yet).
-  ZeroStrategy(Communicator& comm, const TrainOptions& options);
+  // device_model: how this program builds ZeRO's model for --device cuda (empty: the CPU only).
+  ZeroStrategy(Communicator& comm, const TrainOptions& options, ZeroModelFactory device_model = {});
 
   std::string describe() const override;
   int data_parallel_size() const override { return comm_.size(); }
@@ -57,6 +58,7 @@ class ZeroStrategy final : public ParallelStrategy {
   bool offload_;
   DdpOptions::Algorithm algorithm_;
   std::string precision_;
+  ZeroModelFactory device_model_;    // set for a run on a GPU
   ZeroTrainModel* model_ = nullptr;  // the model make_model built (owned by the trainer)
   MemoryTracker* tracker_ = nullptr;
   int batch_rows_ = 0;

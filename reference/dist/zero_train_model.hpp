@@ -3,6 +3,11 @@
 // (dist/zero_model.hpp, lab 07) and the mixed-precision one (dist/zero_mixed_model.hpp).
 #pragma once
 
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "comm/communicator.hpp"
 #include "core/memory.hpp"
 #include "dist/timeline.hpp"
 #include "dist/zero_shards.hpp"
@@ -24,6 +29,16 @@ class ZeroTrainModel : public TrainModel {
   virtual const float* full_params() const = 0;
   // This rank's model state by the formula of its stage and precision (zero_shards.hpp).
   virtual ZeroStateBytes state_formula() const = 0;
+  // The communicator whose counters hold the step's reduce-scatters and all-gathers: the
+  // data-parallel group itself, or its device-memory twin for a model on a GPU.
+  virtual const Communicator& step_communicator() const = 0;
 };
+
+// A ZeRO model on another device (the GPU's, kernels/dist/gpu_zero_model.hpp), which the library
+// cannot name: the program hands the strategy a factory (apps/scalelab/device_models.cpp). dp is
+// the host data-parallel group.
+using ZeroModelFactory =
+    std::function<std::unique_ptr<ZeroTrainModel>(const GPTConfig& config, int stage, const std::string& precision,
+                                                  bool offload, Communicator& dp, MemoryTracker* tracker)>;
 
 }  // namespace scalelab

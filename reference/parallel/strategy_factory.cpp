@@ -48,8 +48,8 @@ void check_parallel_options(const TrainOptions& o, int world_size) {
   refuse_zero_compositions(o.parallel);
 }
 
-StrategyFactory make_strategy_factory(Communicator* world, GradCommFactory grad_comm) {
-  return [world, grad_comm](const TrainOptions& o) -> std::unique_ptr<ParallelStrategy> {
+StrategyFactory make_strategy_factory(Communicator* world, GradCommFactory grad_comm, ZeroModelFactory zero_model) {
+  return [world, grad_comm, zero_model](const TrainOptions& o) -> std::unique_ptr<ParallelStrategy> {
     const int world_size = world ? world->size() : 1;
     check_parallel_options(o, world_size);
     if (o.parallel.pp > 1) {
@@ -65,7 +65,7 @@ StrategyFactory make_strategy_factory(Communicator* world, GradCommFactory grad_
     if (o.parallel.zero > 0) {
       require(world != nullptr, "zero", "ZeRO needs a communicator, and this run has none",
               "start the run through scalelab train (mpirun -np N for N ranks)");
-      return std::make_unique<ZeroStrategy>(*world, o);
+      return std::make_unique<ZeroStrategy>(*world, o, zero_model);
     }
     const int d = o.data_parallel_size(world_size);
     const bool ddp = d > 1 || o.parallel.ddp == "naive" || o.parallel.ddp == "bucketed";

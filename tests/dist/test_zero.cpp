@@ -404,9 +404,9 @@ TEST_CASE("bad ZeRO settings and files fail with one clear message", "[zero_erro
   o.precision = "bf16";
   o.parallel.zero = 2;
   CHECK_THROWS_WITH(ZeroStrategy(world, o),
-                    "offload: --offload with --precision bf16: the offloaded optimizer is "
+                    "offload: --offload with --precision bf16: the CPU's offloaded optimizer is "
                     "built in fp32 only; use --precision fp32 with --offload, or leave out "
-                    "--offload");
+                    "--offload (on a GPU, --device cuda offloads any precision)");
   o.parallel.offload = false;
   o.precision = "fp16";
   o.parallel.allreduce = "ring";

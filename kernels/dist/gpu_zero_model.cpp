@@ -1,0 +1,330 @@
+// ZeRO-1 on the GPU: the step's collectives on the device communicator, the shard's update on the
+// GPU or (offload) on the host. The order of scaling, norm, skip, clip and AdamW is the
+// single-GPU model's (kernels/model/gpu_train_model.cpp) restricted to the shard.
+#include "kernels/dist/gpu_zero_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <thread>
+#include <utility>
+
+#include "core/error.hpp"
+#include "kernels/core/cuda_check.hpp"
+#include "kernels/optim/adamw.hpp"
+#include "kernels/optim/grad_ops.hpp"
+#include "kernels/precision/cast.hpp"
+#include "kernels/precision/nonfinite.hpp"
+#include "model/gpt.hpp"
+
+namespace scalelab::cuda {
+
+namespace {
+
+// The host AdamW of offload runs on this many threads over contiguous chunks of the shard; each
+// element's update is independent, so the result does not depend on the count.
+std::size_t host_threads(std::size_t n) {
+  constexpr std::size_t kMinChunk = std::size_t{1} << 18;  // below this a thread costs more than it saves
+  const std::size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  return std::clamp<std::size_t>(n / kMinChunk, 1, std::min<std::size_t>(cores, 16));
+}
+
+// fn(chunk, begin, end) over `chunks` contiguous pieces of [0, n), one thread each.
+template <typename Fn>
+void for_chunks(std::size_t n, std::size_t chunks, Fn fn) {
+  const BlockPartition cut{n, static_cast<int>(chunks)};
+  std::vector<std::thread> workers;
+  for (std::size_t c = 1; c < chunks; ++c)
+    workers.emplace_back([&, c] {
+      fn(c, cut.offset(static_cast<int>(c)), cut.offset(static_cast<int>(c)) + cut.size(static_cast<int>(c)));
+    });
+  fn(0, 0, cut.size(0));
+  for (std::thread& w : workers) w.join();
+}
+
+}  // namespace
+
+PinnedRegistration::PinnedRegistration(void* ptr, std::size_t bytes) {
+  if (ptr == nullptr || bytes == 0) return;
+  SCALELAB_CUDA_CHECK(cudaHostRegister(ptr, bytes, cudaHostRegisterDefault));
+  ptr_ = ptr;
+}
+
+PinnedRegistration::~PinnedRegistration() {
+  if (ptr_) cudaHostUnregister(ptr_);  // nothing to do about a failure in a destructor
+}
+
+template <typename F>
+GpuZeroModel<F>::GpuZeroModel(const GPTConfig& config, Communicator& dp, const DeviceCommFactory& make_comm,
+                              MemoryTracker* tracker, bool offload)
+    : offload_(offload),
+      dp_(dp),
+      tracker_(tracker),
+      shards_((config.validate(), config), dp.rank(), dp.size()),
+      gpt_(config, tracker),
+      dev_(make_comm(dp, gpt_.stream())),
+      master_(kMixed && !offload ? shards_.size() : 0, MemCategory::kOptimizer, tracker),
+      m_(offload ? 0 : shards_.size(), MemCategory::kOptimizer, tracker),
+      v_(offload ? 0 : shards_.size(), MemCategory::kOptimizer, tracker),
+      sum_squares_(1, MemCategory::kWorkspace, tracker),
+      partials_(kSumSquaresBlocks, MemCategory::kWorkspace, tracker),
+      nonfinite_(1, MemCategory::kWorkspace, tracker),
+      host_master_(offload ? shards_.size() : 0, MemCategory::kParams, &host_tracker_),
+      host_grads_(offload ? shards_.size() : 0, MemCategory::kGrads, &host_tracker_),
+      pin_master_(host_master_.data(), host_master_.bytes()),
+      pin_grads_(host_grads_.data(), host_grads_.bytes()) {
+  SCALELAB_CHECK(dev_ && dev_->memory_space() == MemorySpace::kDevice && dev_->size() == dp.size() &&
+                     dev_->rank() == dp.rank(),
+                 "ZeRO on the GPU needs a device-memory communicator over the same ranks as the data-parallel group");
+}
+
+template <typename F>
+GpuZeroModel<F>::~GpuZeroModel() = default;
+
+template <typename F>
+void GpuZeroModel<F>::sync() const {
+  SCALELAB_CUDA_CHECK(cudaStreamSynchronize(gpt_.stream()));
+}
+
+template <typename F>
+void GpuZeroModel<F>::init_weights(std::uint64_t seed) {
+  // Every rank draws the same whole model (same seed) and uploads it: no communication.
+  std::vector<float> w(shards_.num_params());
+  init_gpt2_weights(layout(), config().num_layers, w.data(), seed);
+  DeviceBuffer<float> wide = to_device(w, MemCategory::kWorkspace, tracker_);
+  cast(gpt_.params().data(), wide.data(), w.size(), gpt_.stream());  // a copy for fp32, rounding for half
+  if (master_.size() > 0)
+    SCALELAB_CUDA_CHECK(cudaMemcpyAsync(master_.data(), wide.data() + shards_.begin(), master_.bytes(),
+                                        cudaMemcpyDeviceToDevice, gpt_.stream()));
+  std::copy(w.begin() + static_cast<std::ptrdiff_t>(shards_.begin()),
+            w.begin() + static_cast<std::ptrdiff_t>(shards_.begin() + host_master_.size()), host_master_.data());
+  sync();
+}
+
+template <typename F>
+const float* GpuZeroModel<F>::master_params() const {
+  const std::size_t n = shards_.size();
+  host_params_.resize(n);
+  if (offload_) {
+    std::copy(host_master_.data(), host_master_.data() + n, host_params_.data());
+  } else if constexpr (kMixed) {
+    master_.copy_to_host(host_params_.data(), n);
+  } else {
+    SCALELAB_CUDA_CHECK(cudaMemcpy(host_params_.data(), gpt_.params().data() + shards_.begin(), n * sizeof(float),
+                                   cudaMemcpyDeviceToHost));
+  }
+  return host_params_.data();
+}
+
+template <typename F>
+void GpuZeroModel<F>::set_master_params(const float* values) {
+  const std::size_t n = shards_.size();
+  if (offload_) std::copy(values, values + n, host_master_.data());
+  if (master_.size() > 0) master_.copy_from_host(values, n);
+  DeviceBuffer<float> wide(n, MemCategory::kWorkspace, tracker_);
+  wide.copy_from_host(values, n);
+  cast(own_params(), wide.data(), n, gpt_.stream());
+  sync();
+  all_gather_params();
+}
+
+template <typename F>
+double GpuZeroModel<F>::forward(const int* tokens, const int* targets, int B, int T) {
+  const double t0 = timeline_.now_us();
+  const double loss = gpt_.forward(tokens, targets, B, T);  // synchronises: the loss is on the host
+  timeline_.add("forward", "compute", 0, t0, timeline_.now_us());
+  return loss;
+}
+
+template <typename F>
+void GpuZeroModel<F>::backward(double loss_scale) {
+  const double t0 = timeline_.now_us();
+  gpt_.backward(static_cast<float>(loss_scale));
+  sync();  // so the timeline's interval is the GPU's, not the enqueueing's
+  timeline_.add("backward", "compute", 0, t0, timeline_.now_us());
+}
+
+template <typename F>
+void GpuZeroModel<F>::begin_step(int micro_batches) {
+  SCALELAB_CHECK(micro_batches >= 1, "begin_step: ", micro_batches, " micro-batches");
+  timeline_.clear();  // stage 1 reduces once, after the last micro-batch: nothing to arm
+}
+
+template <typename F>
+void GpuZeroModel<F>::reduce_gradients() {
+  const double t0 = timeline_.now_us();
+  F* g = gpt_.grads().data();
+  dev_->reduce_scatter(g, g + shards_.begin(), shards_.num_params(), DType<F>::comm_type, ReduceOp::kSum);
+  timeline_.add("reduce-scatter gradients", "comm", 1, t0, timeline_.now_us());
+}
+
+template <typename F>
+void GpuZeroModel<F>::all_gather_params() {
+  const double t0 = timeline_.now_us();
+  dev_->all_gather(own_params(), gpt_.params().data(), shards_.num_params(), DType<F>::comm_type);
+  timeline_.add("all-gather parameters", "comm", 1, t0, timeline_.now_us());
+}
+
+template <typename F>
+TrainModel::StepOutcome GpuZeroModel<F>::optimizer_step(AdamW& optimizer, double lr, double grad_scale, double clip) {
+  SCALELAB_CHECK(optimizer.size() == shards_.size(), "optimizer for ", optimizer.size(), " parameters, shard has ",
+                 shards_.size());
+  reduce_gradients();
+  const StepOutcome out = offload_ ? offload_step(optimizer, lr, grad_scale, clip)
+                                   : device_step(optimizer, lr, grad_scale, clip);
+  if (!out.skipped) all_gather_params();  // a skipped step changed nothing anywhere
+  return out;
+}
+
+template <typename F>
+TrainModel::StepOutcome GpuZeroModel<F>::device_step(AdamW& optimizer, double lr, double grad_scale, double clip) {
+  StepOutcome out;
+  const std::size_t n = shards_.size();
+  cudaStream_t st = gpt_.stream();
+  F* g = own_grads();
+  if constexpr (!kMixed) {
+    if (grad_scale != 1.0) scale_inplace(g, static_cast<float>(grad_scale), n, st);
+  }
+  // This shard's sum of squares and (mixed) inf/NaN flag, then both added over the ranks, so
+  // every rank takes the same decision on the same norm.
+  double local[2] = {0, 0};
+  sum_squares(sum_squares_.data(), partials_.data(), g, n, st);
+  SCALELAB_CUDA_CHECK(cudaMemcpyAsync(&local[0], sum_squares_.data(), sizeof(double), cudaMemcpyDeviceToHost, st));
+  unsigned int found = 0;
+  if constexpr (kMixed) {
+    SCALELAB_CUDA_CHECK(cudaMemsetAsync(nonfinite_.data(), 0, sizeof(unsigned int), st));
+    find_nonfinite(nonfinite_.data(), g, n, st);
+    SCALELAB_CUDA_CHECK(cudaMemcpyAsync(&found, nonfinite_.data(), sizeof found, cudaMemcpyDeviceToHost, st));
+  }
+  sync();
+  local[1] = found;
+  dp_.all_reduce(local, 2);
+  out.grad_norm = std::sqrt(local[0]) * (kMixed ? grad_scale : 1.0);
+  if (local[1] != 0 || !std::isfinite(out.grad_norm)) {
+    out.skipped = true;
+    return out;
+  }
+  const double t0 = timeline_.now_us();
+  const double coef = clip > 0 ? clip / (out.grad_norm + 1e-6) : 1.0;  // PyTorch's clip_grad_norm_
+  optimizer.begin_step();
+  const AdamWScalars k = adamw_scalars(optimizer.config(), optimizer.step_count(), lr);
+  if constexpr (kMixed) {
+    const double factor = grad_scale * (coef < 1.0 ? coef : 1.0);
+    adamw_update_mixed(own_params(), master_.data(), g, m_.data(), v_.data(), n, static_cast<float>(factor), k, st);
+  } else {
+    if (coef < 1.0) scale_inplace(g, static_cast<float>(coef), n, st);
+    adamw_update(own_params(), g, m_.data(), v_.data(), n, k, st);
+  }
+  sync();
+  timeline_.add("AdamW on the shard (GPU)", "compute", 0, t0, timeline_.now_us());
+  return out;
+}
+
+template <typename F>
+TrainModel::StepOutcome GpuZeroModel<F>::offload_step(AdamW& optimizer, double lr, double grad_scale, double clip) {
+  StepOutcome out;
+  const std::size_t n = shards_.size();
+  cudaStream_t st = gpt_.stream();
+  float* g = host_grads_.data();
+  float* master = host_master_.data();
+  // The summed gradient shard out to the host, in fp32 (half widened on the GPU first).
+  double t0 = timeline_.now_us();
+  {
+    DeviceBuffer<float> wide(kMixed ? n : 0, MemCategory::kWorkspace, tracker_);
+    const float* src = reinterpret_cast<const float*>(own_grads());
+    if constexpr (kMixed) {
+      cast(wide.data(), own_grads(), n, st);
+      src = wide.data();
+    }
+    SCALELAB_CUDA_CHECK(cudaMemcpyAsync(g, src, n * sizeof(float), cudaMemcpyDeviceToHost, st));
+    sync();
+  }
+  timeline_.add("gradient shard to host", "comm", 2, t0, timeline_.now_us());
+  // The CPU's fp32 step (train/fp32_model.cpp) over threads: scale, norm, skip, clip, AdamW.
+  t0 = timeline_.now_us();
+  const std::size_t chunks = host_threads(n);
+  std::vector<double> squares(chunks, 0.0);
+  const float s = static_cast<float>(grad_scale);
+  for_chunks(n, chunks, [&](std::size_t c, std::size_t b, std::size_t e) {
+    double sum = 0;
+    for (std::size_t i = b; i < e; ++i) {
+      if (grad_scale != 1.0) g[i] *= s;
+      sum += static_cast<double>(g[i]) * g[i];
+    }
+    squares[c] = sum;
+  });
+  double ss = 0;
+  for (double x : squares) ss += x;  // in chunk order: the same on every run
+  dp_.all_reduce(&ss, 1);
+  out.grad_norm = std::sqrt(ss);
+  if (!std::isfinite(out.grad_norm)) {  // an inf/NaN on any rank: every rank skips
+    out.skipped = true;
+    return out;
+  }
+  optimizer.begin_step();
+  for_chunks(n, chunks, [&](std::size_t, std::size_t b, std::size_t e) {
+    if (clip > 0) clip_to_norm(g + b, e - b, out.grad_norm, clip);
+    optimizer.update_range(master + b, g + b, b, e - b, lr);
+  });
+  timeline_.add("AdamW on the shard (host)", "compute", 2, t0, timeline_.now_us());
+  // The new master shard back into the model's parameters (rounded to F on the GPU).
+  t0 = timeline_.now_us();
+  if constexpr (kMixed) {
+    DeviceBuffer<float> wide(n, MemCategory::kWorkspace, tracker_);
+    SCALELAB_CUDA_CHECK(cudaMemcpyAsync(wide.data(), master, n * sizeof(float), cudaMemcpyHostToDevice, st));
+    cast(own_params(), wide.data(), n, st);
+    sync();
+  } else {
+    SCALELAB_CUDA_CHECK(cudaMemcpyAsync(own_params(), master, n * sizeof(float), cudaMemcpyHostToDevice, st));
+    sync();
+  }
+  timeline_.add("master shard to GPU", "comm", 2, t0, timeline_.now_us());
+  return out;
+}
+
+template <typename F>
+void GpuZeroModel<F>::download_optimizer_state(AdamW& optimizer) const {
+  if (offload_) return;  // the trainer's AdamW is the state itself
+  SCALELAB_CHECK(optimizer.size() == shards_.size(), "optimizer size ", optimizer.size());
+  m_.copy_to_host(optimizer.m(), shards_.size());
+  v_.copy_to_host(optimizer.v(), shards_.size());
+}
+
+template <typename F>
+void GpuZeroModel<F>::upload_optimizer_state(const AdamW& optimizer) {
+  if (offload_) return;
+  SCALELAB_CHECK(optimizer.size() == shards_.size(), "optimizer size ", optimizer.size());
+  m_.copy_from_host(optimizer.m(), shards_.size());
+  v_.copy_from_host(optimizer.v(), shards_.size());
+}
+
+template <typename F>
+ZeroStateBytes GpuZeroModel<F>::state_formula() const {
+  // Stage 1 per element: the model's parameters and gradients in F; the shard's optimizer state
+  // (m, v, and the fp32 master in mixed precision) on the GPU, or none there under offload.
+  const std::size_t optimizer = offload_ ? 0 : (kMixed ? 12 : 8);
+  return zero_state_bytes(1, shards_.num_params(), shards_.size(), ZeroStateBytes{sizeof(F), sizeof(F), optimizer});
+}
+
+template <typename F>
+std::vector<float> GpuZeroModel<F>::grad_shard_to_host() const {
+  const std::size_t n = shards_.size();
+  DeviceBuffer<float> wide(n, MemCategory::kWorkspace, nullptr);  // a test's copy, not counted
+  cast(wide.data(), own_grads(), n, gpt_.stream());
+  sync();
+  return wide.to_host();
+}
+
+template class GpuZeroModel<float>;
+template class GpuZeroModel<bf16>;
+template class GpuZeroModel<fp16>;
+
+std::unique_ptr<ZeroTrainModel> make_gpu_zero_model(const GPTConfig& config, const std::string& precision,
+                                                    Communicator& dp, const DeviceCommFactory& make_comm,
+                                                    MemoryTracker* tracker, bool offload) {
+  if (precision == "fp32") return std::make_unique<GpuZeroModel<float>>(config, dp, make_comm, tracker, offload);
+  if (precision == "bf16") return std::make_unique<GpuZeroModel<bf16>>(config, dp, make_comm, tracker, offload);
+  if (precision == "fp16") return std::make_unique<GpuZeroModel<fp16>>(config, dp, make_comm, tracker, offload);
+  throw ConfigError("precision: unknown precision '" + precision + "'; use fp32, bf16 or fp16");
+}
+
+}  // namespace scalelab::cuda

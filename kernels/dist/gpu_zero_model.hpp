@@ -1,0 +1,159 @@
+// Stage 07 on the GPU: ZeRO stage 1 for the GPU GPT (kernels/model/gpu_gpt.hpp), in fp32, bf16 or
+// fp16, with the optimizer shard on the GPU or offloaded to host memory (ZeRO-Offload).
+//
+// Each rank runs its own rows of the batch, as in DDP, into the GPT's whole gradient buffer; the
+// shards are the CPU's (dist/zero_shards.hpp: BlockPartition{psi, d}), so checkpoints and the
+// strategy's resharding are shared with the CPU models. After the step's last backward:
+//
+//   reduce-scatter the gradients (in the model's type) in place: this rank's shard becomes the sum
+//   norm: the shard's sum of squares on the GPU, added over the ranks (and the inf/NaN flag)
+//   AdamW on the shard                          on the GPU, or on the host under offload:
+//                                               shard D2H, AdamW on the host's fp32 master shard
+//                                               in threads, master shard H2D (rounded to F there)
+//   all-gather the parameters (in the model's type) in place
+//
+//   memory per rank (psi parameters, d ranks)   device                     host
+//   fp32                                        4 psi + 4 psi + 8 psi/d     -
+//   bf16/fp16 (fp32 master in the shard)        2 psi + 2 psi + 12 psi/d    -
+//   fp32, offload                               4 psi + 4 psi               16 psi/d
+//   bf16/fp16, offload                          2 psi + 2 psi               16 psi/d
+//
+// The device side is zero_state_bytes / zero_mixed_state_bytes for stage 1 with the GPU's element
+// size (zero_offload_device_bytes at 2 bytes for half); the host side is zero_offload_host_bytes
+// (the master and gradient shards in fp32, m and v in the trainer's AdamW, counted by
+// host_memory()). The update arithmetic is the single-GPU model's (GpuTrainModel: the same
+// kernels, or the CPU AdamW the GPU kernel is bitwise equal to), so with the same summed
+// gradients the parameters are the same bits.
+//
+// Stages 2 and 3 are refused on the GPU (dist/zero_strategy.cpp says why): they need the GPU
+// model to write each unit's gradients into, and read its parameters from, working buffers that
+// ZeRO hands it, which GpuGPT does not offer (the CPU's MixedPrecisionModel does: MixedStorage).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "core/memory.hpp"
+#include "dist/timeline.hpp"
+#include "dist/zero_shards.hpp"
+#include "dist/zero_train_model.hpp"
+#include "kernels/core/device_buffer.hpp"
+#include "kernels/core/dtype.hpp"
+#include "kernels/model/gpu_gpt.hpp"
+
+namespace scalelab::cuda {
+
+// Makes the data-parallel group's device-memory communicator (host staging, or NCCL) ordered
+// after the model's stream.
+using DeviceCommFactory = std::function<std::unique_ptr<Communicator>(Communicator& host, cudaStream_t stream)>;
+
+// Host memory pinned for the lifetime of this object (cudaHostRegister), so that copies to and
+// from it run at full PCIe speed and asynchronously.
+class PinnedRegistration {
+ public:
+  PinnedRegistration() = default;
+  PinnedRegistration(void* ptr, std::size_t bytes);
+  ~PinnedRegistration();
+  PinnedRegistration(const PinnedRegistration&) = delete;
+  PinnedRegistration& operator=(const PinnedRegistration&) = delete;
+
+ private:
+  void* ptr_ = nullptr;
+};
+
+template <typename F>
+class GpuZeroModel final : public ZeroTrainModel {
+ public:
+  static constexpr bool kMixed = !std::is_same_v<F, float>;
+
+  // ZeRO stage 1 over the data-parallel group `dp` (host memory: the norms and flags travel on it;
+  // it must outlive the model). make_comm builds its device twin for the gradients and parameters.
+  GpuZeroModel(const GPTConfig& config, Communicator& dp, const DeviceCommFactory& make_comm, MemoryTracker* tracker,
+               bool offload);
+  GpuZeroModel(const GpuZeroModel&) = delete;
+  GpuZeroModel& operator=(const GpuZeroModel&) = delete;
+  ~GpuZeroModel() override;
+
+  GpuGPT<F>& gpt() { return gpt_; }
+  Communicator& device_communicator() { return *dev_; }
+  bool offload() const { return offload_; }
+
+  const GPTConfig& config() const override { return gpt_.config(); }
+  const ParamLayout& layout() const override { return gpt_.layout(); }
+  std::size_t num_params() const override { return shards_.size(); }
+  double forward(const int* tokens, const int* targets, int B, int T) override;
+  void backward(double loss_scale) override;
+  void zero_grad() override { gpt_.zero_grad(); }
+  void set_checkpoint_policy(const CheckpointPolicy& policy) override { gpt_.set_checkpoint_policy(policy); }
+  void set_attention(AttentionKind kind) override { gpt_.set_attention(kind); }
+  // The whole model's GPT-2 initialisation (every rank draws the same values); the shard's master.
+  void init_weights(std::uint64_t seed) override;
+  // A host copy of this rank's fp32 shard (the parameters in fp32, the master weights in mixed
+  // precision), made on each call.
+  const float* master_params() const override;
+  // Collective: this rank's shard from `values` (shards().size()), then the all-gather.
+  void set_master_params(const float* values) override;
+  StepOutcome optimizer_step(AdamW& optimizer, double lr, double grad_scale, double clip) override;
+  // m and v: on the GPU (the trainer's AdamW mirrors them for checkpoints), or in the trainer's
+  // AdamW itself, counted in host memory, under offload.
+  bool owns_optimizer_state() const override { return !offload_; }
+  MemoryTracker* optimizer_tracker(MemoryTracker* run_tracker) override {
+    return offload_ ? &host_tracker_ : TrainModel::optimizer_tracker(run_tracker);
+  }
+  void download_optimizer_state(AdamW& optimizer) const override;
+  void upload_optimizer_state(const AdamW& optimizer) override;
+  std::size_t block_forward_count() const override { return gpt_.block_forward_count(); }
+  std::string precision_name() const override { return DType<F>::name; }
+
+  const ZeroShards& shards() const override { return shards_; }
+  void begin_step(int micro_batches) override;
+  const Timeline& timeline() const override { return timeline_; }
+  const MemoryTracker& host_memory() const override { return host_tracker_; }
+  const float* full_params() const override { return nullptr; }  // on the GPU: saved from the shards
+  ZeroStateBytes state_formula() const override;
+  const Communicator& step_communicator() const override { return *dev_; }
+
+  // This rank's shard of the summed gradients after the last step's reduce-scatter, in fp32 on
+  // the host (for tests; widened from F).
+  std::vector<float> grad_shard_to_host() const;
+
+ private:
+  void reduce_gradients();
+  void all_gather_params();
+  StepOutcome device_step(AdamW& optimizer, double lr, double grad_scale, double clip);
+  StepOutcome offload_step(AdamW& optimizer, double lr, double grad_scale, double clip);
+  F* own_params() { return gpt_.params().data() + shards_.begin(); }
+  F* own_grads() { return gpt_.grads().data() + shards_.begin(); }
+  const F* own_grads() const { return gpt_.grads().data() + shards_.begin(); }
+  void sync() const;
+
+  bool offload_;
+  Communicator& dp_;
+  MemoryTracker* tracker_;
+  MemoryTracker host_tracker_;  // offload's memory space (declared before what it counts)
+  ZeroShards shards_;
+  GpuGPT<F> gpt_;
+  std::unique_ptr<Communicator> dev_;  // dp over device memory, after gpt_'s stream
+  // On the GPU (no offload): the shard's fp32 master weights (mixed only), m and v.
+  DeviceBuffer<float> master_, m_, v_;
+  DeviceBuffer<double> sum_squares_, partials_;  // the norm's reduction
+  DeviceBuffer<unsigned int> nonfinite_;         // mixed: the inf/NaN flag
+  // Offload: the shard's fp32 master weights and gradients in host memory, pinned.
+  Buffer<float> host_master_, host_grads_;
+  PinnedRegistration pin_master_, pin_grads_;
+  mutable std::vector<float> host_params_;  // master_params()'s copy
+  Timeline timeline_;
+};
+
+// The model for a precision ("fp32", "bf16", "fp16"); ConfigError for anything else.
+std::unique_ptr<ZeroTrainModel> make_gpu_zero_model(const GPTConfig& config, const std::string& precision,
+                                                    Communicator& dp, const DeviceCommFactory& make_comm,
+                                                    MemoryTracker* tracker, bool offload);
+
+}  // namespace scalelab::cuda

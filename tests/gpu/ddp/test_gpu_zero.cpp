@@ -1,0 +1,204 @@
+// Stage 07 on the GPU: ZeRO-1 of the GPU GPT (kernels/dist/gpu_zero_model.hpp), with the optimizer
+// shard on the GPU or offloaded to the host, against GPU DDP (stage 04, same precision, same
+// data, same host-staging communicator) on 1 rank or 2 ranks sharing one GPU.
+//
+// Why bitwise: with d <= 2 ranks every summed gradient is a + b (commutative), whether an
+// all-reduce or a reduce-scatter adds it; the shard's update runs the single-GPU kernels, or the
+// CPU AdamW that the GPU kernel is bitwise equal to (kernels/optim/adamw.hpp), on the same
+// values. Clipping is off: the norm is summed in another order (per shard, then over the ranks),
+// so a clipped step may differ in the last bit of the clipping factor.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compare.hpp"
+#include "core/error.hpp"
+#include "ddp_fixtures.hpp"
+#include "dist/zero_strategy.hpp"
+#include "kernels/core/cuda_check.hpp"
+#include "kernels/dist/gpu_zero_model.hpp"
+#include "kernels/dist/host_staging_communicator.hpp"
+#include "kernels/model/gpu_train_model.hpp"
+#include "model/config.hpp"
+#include "train/trainer.hpp"
+#include "world.hpp"
+
+using namespace scalelab;
+using namespace scalelab_test;
+using scalelab::cuda::GpuZeroModel;
+using scalelab::cuda::HostStagingCommunicator;
+
+namespace {
+constexpr int kB = 12;
+constexpr std::uint64_t kSeed = 11;
+
+std::unique_ptr<Communicator> staged(Communicator& host, cudaStream_t stream) {
+  return std::make_unique<HostStagingCommunicator>(host, stream);
+}
+
+cudaStream_t gpu_stream(TrainModel& model) {
+  if (auto* m = dynamic_cast<cuda::GpuTrainModel<float>*>(&model)) return m->stream();
+  if (auto* m = dynamic_cast<cuda::GpuTrainModel<cuda::bf16>*>(&model)) return m->stream();
+  if (auto* m = dynamic_cast<cuda::GpuTrainModel<cuda::fp16>*>(&model)) return m->stream();
+  throw Error("not a GPU model");
+}
+
+TrainModelFactory gpu_models() {
+  return [](const GPTConfig& config, const std::string& precision, MemoryTracker* tracker) {
+    return cuda::make_gpu_train_model(config, precision, tracker);
+  };
+}
+
+StrategyFactory gpu_ddp(Communicator& world) {
+  DdpOptions o = small_buckets(DdpOptions::Mode::kBucketed, DdpOptions::Algorithm::kBuiltin);
+  return ddp_strategy(world, o, [](Communicator& host, TrainModel& model) { return staged(host, gpu_stream(model)); });
+}
+
+ZeroModelFactory gpu_zero_models() {
+  return
+      [](const GPTConfig& config, int /*stage*/, const std::string& precision, bool offload, Communicator& dp,
+         MemoryTracker* tracker) { return cuda::make_gpu_zero_model(config, precision, dp, staged, tracker, offload); };
+}
+
+StrategyFactory gpu_zero(Communicator& world) {
+  return [&world](const TrainOptions& o) -> std::unique_ptr<ParallelStrategy> {
+    return std::make_unique<ZeroStrategy>(world, o, gpu_zero_models());
+  };
+}
+
+TrainOptions options(Communicator& world, const std::string& precision, bool offload) {
+  TrainOptions o = tiny_ddp_options(tiny_token_shard(world, "scalelab_gpu_zero_tiny.bin"), kB, kSeed);
+  o.device = "cuda";
+  o.precision = precision;
+  o.grad_accum = kB % (2 * world.size()) == 0 ? 2 : 1;
+  o.parallel.zero = 1;
+  o.parallel.offload = offload;
+  return o;
+}
+
+// Every rank's shard of the ZeRO trainer's fp32 parameters, put together.
+std::vector<float> whole_params(Communicator& world, const TrainModel& zero, std::size_t psi) {
+  std::vector<float> whole(psi);
+  world.all_gather(zero.master_params(), whole.data(), psi, DataType::kFloat32);
+  return whole;
+}
+
+std::string label(const std::string& precision, bool offload) {
+  return "ZeRO-1 " + precision + (offload ? " with offload" : " on the GPU");
+}
+}  // namespace
+
+TEST_CASE("GPU ZeRO-1, with and without offload, equals GPU DDP bitwise after 4 steps", "[gpu_zero_equal]") {
+  Communicator& world = test_world();
+  for (const std::string precision : {"fp32", "bf16"}) {
+    for (const bool offload : {false, true}) {
+      INFO(where(world) << ", " << label(precision, offload));
+      TrainOptions o = options(world, precision, offload);
+      MemoryTracker t1, t2;
+      TrainOptions plain = o;
+      plain.parallel.zero = 0;
+      plain.parallel.offload = false;
+      Trainer ddp(plain, &t1, gpu_models(), gpu_ddp(world));
+      Trainer zero(o, &t2, gpu_models(), gpu_zero(world));
+      for (int i = 0; i < 4; ++i) {
+        const StepStats a = ddp.step(), b = zero.step();
+        INFO("step " << i << ": loss " << a.loss << " (DDP) vs " << b.loss << " (ZeRO)");
+        CHECK(a.loss == b.loss);
+        CHECK(b.grad_norm == Approx(a.grad_norm).epsilon(1e-6));  // summed in another order
+      }
+      const std::size_t psi = ddp.model().num_params();
+      const std::vector<float> got = whole_params(world, zero.model(), psi);
+      const float* want = ddp.model().master_params();
+      for (const ParamTensor& t : ddp.model().layout().tensors()) {
+        const Comparison c = compare_bitwise(t.name + " (" + label(precision, offload) + " vs DDP) on rank " +
+                                                 std::to_string(world.rank()),
+                                             got.data() + t.offset, want + t.offset, t.numel);
+        INFO(c.message() << ", relative error "
+                         << relative_norm_error(got.data() + t.offset, want + t.offset, t.numel));
+        CHECK(c.ok);
+      }
+    }
+  }
+}
+
+TEST_CASE("GPU ZeRO-1 memory and traffic equal the formulas", "[gpu_zero_formula]") {
+  Communicator& world = test_world();
+  const int d = world.size(), r = world.rank();
+  for (const std::string precision : {"fp32", "bf16"}) {
+    for (const bool offload : {false, true}) {
+      INFO(where(world) << ", " << label(precision, offload));
+      MemoryTracker tracker;
+      Trainer trainer(options(world, precision, offload), &tracker, gpu_models(), gpu_zero(world));
+      const StepStats s = trainer.step();
+      const auto& z = dynamic_cast<const ZeroTrainModel&>(trainer.model());
+      const ZeroShards& shards = z.shards();
+      const std::size_t psi = shards.num_params(), shard = shards.size(), e = precision == "fp32" ? 4 : 2;
+      // Device: the model's parameters and gradients in its type; the shard's optimizer state.
+      CHECK(tracker.current(MemCategory::kParams) == e * psi);
+      CHECK(tracker.current(MemCategory::kGrads) == e * psi);
+      const std::size_t optimizer = offload ? 0 : (precision == "fp32" ? 8 : 12) * shard;
+      CHECK(tracker.current(MemCategory::kOptimizer) == optimizer);
+      const ZeroStateBytes f = z.state_formula();
+      CHECK(f.params == e * psi);
+      CHECK(f.grads == e * psi);
+      CHECK(f.optimizer == optimizer);
+      // Host: offload's master and gradient shards in fp32, and the trainer's m and v.
+      const ZeroStateBytes h = offload ? zero_offload_host_bytes(shard) : ZeroStateBytes{};
+      CHECK(z.host_memory().current(MemCategory::kParams) == h.params);
+      CHECK(z.host_memory().current(MemCategory::kGrads) == h.grads);
+      CHECK(z.host_memory().current(MemCategory::kOptimizer) == h.optimizer);
+      // One reduce-scatter and one all-gather of psi elements in the model's type: the ring volume.
+      const std::size_t elements = ring_reduce_scatter_traffic(psi, r, d).sent +
+                                   ring_all_gather_traffic(psi, r, d).sent;
+      CHECK(s.comm_bytes_sent == elements * e);
+    }
+  }
+}
+
+TEST_CASE("GPU ZeRO-1: an inf in rank 0's gradient shard skips the step on every rank", "[gpu_zero_skip]") {
+  Communicator& world = test_world();
+  for (const bool offload : {false, true}) {
+    INFO(where(world) << (offload ? ", offload" : ", on the GPU"));
+    MemoryTracker tracker;
+    GpuZeroModel<cuda::bf16> model(gpt_config_by_name("tiny"), world, staged, &tracker, offload);
+    model.init_weights(kSeed);
+    const std::vector<float> before(model.master_params(), model.master_params() + model.num_params());
+    std::vector<int> tokens(2 * 16, 1), targets(2 * 16, 2);
+    model.zero_grad();
+    model.forward(tokens.data(), targets.data(), 2, 16);
+    model.backward(1.0);
+    if (world.rank() == 0) {             // rank 0 alone: element 0, which rank 0's shard holds after the sum
+      const std::uint16_t inf = 0x7F80;  // bf16 +inf
+      SCALELAB_CUDA_CHECK(cudaMemcpy(model.gpt().grads().data(), &inf, sizeof inf, cudaMemcpyHostToDevice));
+    }
+    AdamW adamw(model.num_params(), AdamWConfig{}, nullptr);
+    model.begin_step(1);
+    const TrainModel::StepOutcome out = model.optimizer_step(adamw, 1e-3, 1.0, 0.0);
+    CHECK(out.skipped);
+    const Comparison c = compare_bitwise("master shard after a skipped step on rank " + std::to_string(world.rank()),
+                                         model.master_params(), before.data(), before.size());
+    INFO(c.message());
+    CHECK(c.ok);
+  }
+}
+
+TEST_CASE("GPU ZeRO refuses what it does not build with one clear message", "[gpu_zero_errors]") {
+  Communicator& world = test_world();
+  TrainOptions o = options(world, "fp32", false);
+  o.parallel.zero = 2;
+  CHECK_THROWS_WITH(ZeroStrategy(world, o, gpu_zero_models()),
+                    Catch::Contains("zero: --zero 2 with --device cuda: ZeRO-2 and -3 need the GPU model") &&
+                        Catch::Contains("use --zero 1"));
+  o.parallel.zero = 1;
+  o.parallel.allreduce = "ring";
+  CHECK_THROWS_WITH(ZeroStrategy(world, o, gpu_zero_models()),
+                    Catch::Contains("allreduce: --zero 1 with --device cuda: the ring"));
+  // Without a GPU model factory (a CPU-only program), cuda is refused as before.
+  o.parallel.allreduce = "builtin";
+  CHECK_THROWS_WITH(ZeroStrategy(world, o), Catch::Contains("run on the CPU in this build"));
+}
