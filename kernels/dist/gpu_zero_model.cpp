@@ -15,6 +15,7 @@
 #include "kernels/precision/cast.hpp"
 #include "kernels/precision/nonfinite.hpp"
 #include "model/gpt.hpp"
+#include "precision/half.hpp"
 
 namespace scalelab::cuda {
 
@@ -70,8 +71,10 @@ GpuZeroModel<F>::GpuZeroModel(const GPTConfig& config, Communicator& dp, const D
       nonfinite_(1, MemCategory::kWorkspace, tracker),
       host_master_(offload ? shards_.size() : 0, MemCategory::kParams, &host_tracker_),
       host_grads_(offload ? shards_.size() : 0, MemCategory::kGrads, &host_tracker_),
+      host_half_(offload && kMixed ? shards_.size() : 0, MemCategory::kWorkspace, &host_tracker_),
       pin_master_(host_master_.data(), host_master_.bytes()),
-      pin_grads_(host_grads_.data(), host_grads_.bytes()) {
+      pin_grads_(host_grads_.data(), host_grads_.bytes()),
+      pin_half_(host_half_.data(), host_half_.bytes()) {
   SCALELAB_CHECK(dev_ && dev_->memory_space() == MemorySpace::kDevice && dev_->size() == dp.size() &&
                      dev_->rank() == dp.rank(),
                  "ZeRO on the GPU needs a device-memory communicator over the same ranks as the data-parallel group");
@@ -223,25 +226,24 @@ template <typename F>
 TrainModel::StepOutcome GpuZeroModel<F>::offload_step(AdamW& optimizer, double lr, double grad_scale, double clip) {
   StepOutcome out;
   const std::size_t n = shards_.size();
+  const std::size_t chunks = host_threads(n);
   cudaStream_t st = gpt_.stream();
   float* g = host_grads_.data();
   float* master = host_master_.data();
-  // The summed gradient shard out to the host, in fp32 (half widened on the GPU first).
+  // The summed gradient shard out to the host in the model's type (half the bytes of fp32 for
+  // bf16/fp16), widened there.
   double t0 = timeline_.now_us();
-  {
-    DeviceBuffer<float> wide(kMixed ? n : 0, MemCategory::kWorkspace, tracker_);
-    const float* src = reinterpret_cast<const float*>(own_grads());
-    if constexpr (kMixed) {
-      cast(wide.data(), own_grads(), n, st);
-      src = wide.data();
-    }
-    SCALELAB_CUDA_CHECK(cudaMemcpyAsync(g, src, n * sizeof(float), cudaMemcpyDeviceToHost, st));
-    sync();
+  void* landing = kMixed ? static_cast<void*>(host_half_.data()) : static_cast<void*>(g);
+  SCALELAB_CUDA_CHECK(cudaMemcpyAsync(landing, own_grads(), n * sizeof(F), cudaMemcpyDeviceToHost, st));
+  sync();
+  if constexpr (kMixed) {
+    for_chunks(n, chunks, [&](std::size_t, std::size_t b, std::size_t e) {
+      half_to_float(g + b, host_half_.data() + b, e - b, kHalfFormat);
+    });
   }
   timeline_.add("gradient shard to host", "comm", 2, t0, timeline_.now_us());
   // The CPU's fp32 step (train/fp32_model.cpp) over threads: scale, norm, skip, clip, AdamW.
   t0 = timeline_.now_us();
-  const std::size_t chunks = host_threads(n);
   std::vector<double> squares(chunks, 0.0);
   const float s = static_cast<float>(grad_scale);
   for_chunks(n, chunks, [&](std::size_t c, std::size_t b, std::size_t e) {
@@ -264,20 +266,15 @@ TrainModel::StepOutcome GpuZeroModel<F>::offload_step(AdamW& optimizer, double l
   for_chunks(n, chunks, [&](std::size_t, std::size_t b, std::size_t e) {
     if (clip > 0) clip_to_norm(g + b, e - b, out.grad_norm, clip);
     optimizer.update_range(master + b, g + b, b, e - b, lr);
+    if constexpr (kMixed) float_to_half(host_half_.data() + b, master + b, e - b, kHalfFormat);  // nearest even
   });
   timeline_.add("AdamW on the shard (host)", "compute", 2, t0, timeline_.now_us());
-  // The new master shard back into the model's parameters (rounded to F on the GPU).
+  // The new shard back into the model's parameters, in the model's type.
   t0 = timeline_.now_us();
-  if constexpr (kMixed) {
-    DeviceBuffer<float> wide(n, MemCategory::kWorkspace, tracker_);
-    SCALELAB_CUDA_CHECK(cudaMemcpyAsync(wide.data(), master, n * sizeof(float), cudaMemcpyHostToDevice, st));
-    cast(own_params(), wide.data(), n, st);
-    sync();
-  } else {
-    SCALELAB_CUDA_CHECK(cudaMemcpyAsync(own_params(), master, n * sizeof(float), cudaMemcpyHostToDevice, st));
-    sync();
-  }
-  timeline_.add("master shard to GPU", "comm", 2, t0, timeline_.now_us());
+  const void* from = kMixed ? static_cast<const void*>(host_half_.data()) : static_cast<const void*>(master);
+  SCALELAB_CUDA_CHECK(cudaMemcpyAsync(own_params(), from, n * sizeof(F), cudaMemcpyHostToDevice, st));
+  sync();
+  timeline_.add("parameter shard to GPU", "comm", 2, t0, timeline_.now_us());
   return out;
 }
 

@@ -8,8 +8,9 @@
 //   reduce-scatter the gradients (in the model's type) in place: this rank's shard becomes the sum
 //   norm: the shard's sum of squares on the GPU, added over the ranks (and the inf/NaN flag)
 //   AdamW on the shard                          on the GPU, or on the host under offload:
-//                                               shard D2H, AdamW on the host's fp32 master shard
-//                                               in threads, master shard H2D (rounded to F there)
+//                                               gradient shard D2H in F, widened; AdamW on the
+//                                               host's fp32 master shard in threads; rounded to F
+//                                               and H2D into the parameters
 //   all-gather the parameters (in the model's type) in place
 //
 //   memory per rank (psi parameters, d ranks)   device                     host
@@ -32,6 +33,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -46,6 +48,7 @@
 #include "kernels/core/device_buffer.hpp"
 #include "kernels/core/dtype.hpp"
 #include "kernels/model/gpu_gpt.hpp"
+#include "precision/half.hpp"
 
 namespace scalelab::cuda {
 
@@ -71,6 +74,7 @@ template <typename F>
 class GpuZeroModel final : public ZeroTrainModel {
  public:
   static constexpr bool kMixed = !std::is_same_v<F, float>;
+  static constexpr HalfFormat kHalfFormat = std::is_same_v<F, fp16> ? HalfFormat::kFP16 : HalfFormat::kBF16;
 
   // ZeRO stage 1 over the data-parallel group `dp` (host memory: the norms and flags travel on it;
   // it must outlive the model). make_comm builds its device twin for the gradients and parameters.
@@ -144,9 +148,11 @@ class GpuZeroModel final : public ZeroTrainModel {
   DeviceBuffer<float> master_, m_, v_;
   DeviceBuffer<double> sum_squares_, partials_;  // the norm's reduction
   DeviceBuffer<unsigned int> nonfinite_;         // mixed: the inf/NaN flag
-  // Offload: the shard's fp32 master weights and gradients in host memory, pinned.
+  // Offload: the shard's fp32 master weights and gradients in host memory, and (mixed) the
+  // shard in the model's type on its way to and from the GPU; all pinned.
   Buffer<float> host_master_, host_grads_;
-  PinnedRegistration pin_master_, pin_grads_;
+  Buffer<std::uint16_t> host_half_;
+  PinnedRegistration pin_master_, pin_grads_, pin_half_;
   mutable std::vector<float> host_params_;  // master_params()'s copy
   Timeline timeline_;
 };

@@ -2,17 +2,21 @@
 // shard on the GPU or offloaded to the host, against GPU DDP (stage 04, same precision, same
 // data, same host-staging communicator) on 1 rank or 2 ranks sharing one GPU.
 //
-// Why bitwise: with d <= 2 ranks every summed gradient is a + b (commutative), whether an
-// all-reduce or a reduce-scatter adds it; the shard's update runs the single-GPU kernels, or the
-// CPU AdamW that the GPU kernel is bitwise equal to (kernels/optim/adamw.hpp), on the same
-// values. Clipping is off: the norm is summed in another order (per shard, then over the ranks),
-// so a clipped step may differ in the last bit of the clipping factor.
+// The step itself is checked bitwise from given gradients: with d <= 2 ranks every summed
+// gradient is a + b (commutative), whether an all-reduce or a reduce-scatter adds it; the shard's
+// update runs the single-GPU kernels, or the CPU AdamW that the GPU kernel is bitwise equal to
+// (kernels/optim/adamw.hpp), and the host's rounding to bf16/fp16 (precision/half.hpp), which is
+// the GPU cast's. Clipping is off there: the norm is summed in another order (per shard, then
+// over the ranks), so a clipped step may differ in the last bit of the clipping factor. Whole
+// training runs are compared within tolerances (below: the GPU's own sums are not reproducible).
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -24,6 +28,7 @@
 #include "kernels/dist/gpu_zero_model.hpp"
 #include "kernels/dist/host_staging_communicator.hpp"
 #include "kernels/model/gpu_train_model.hpp"
+#include "kernels/precision/cast.hpp"
 #include "model/config.hpp"
 #include "train/trainer.hpp"
 #include "world.hpp"
@@ -91,13 +96,105 @@ std::vector<float> whole_params(Communicator& world, const TrainModel& zero, std
 std::string label(const std::string& precision, bool offload) {
   return "ZeRO-1 " + precision + (offload ? " with offload" : " on the GPU");
 }
+
+// Rank r's gradients for a step: uniform in [-1e-2, 1e-2), the same on every run.
+std::vector<float> rank_gradients(std::size_t n, int rank, int step) {
+  std::mt19937 gen(static_cast<unsigned>(1000 * rank + step + 1));
+  std::uniform_real_distribution<float> u(-1e-2f, 1e-2f);
+  std::vector<float> g(n);
+  for (float& x : g) x = u(gen);
+  return g;
+}
+
+// The values into a device gradient buffer of the model's type (rounded to nearest even).
+template <typename F>
+void put_gradients(cuda::DeviceBuffer<F>& grads, const std::vector<float>& g, cudaStream_t stream) {
+  const cuda::DeviceBuffer<float> wide = cuda::to_device(g, MemCategory::kWorkspace, nullptr);
+  cuda::cast(grads.data(), wide.data(), g.size(), stream);
+  SCALELAB_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+// A device buffer of the model's type, widened to fp32 on the host.
+template <typename F>
+std::vector<float> widened(const cuda::DeviceBuffer<F>& x, cudaStream_t stream) {
+  cuda::DeviceBuffer<float> wide(x.size(), MemCategory::kWorkspace, nullptr);
+  cuda::cast(wide.data(), x.data(), x.size(), stream);
+  SCALELAB_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return wide.to_host();
+}
 }  // namespace
 
-TEST_CASE("GPU ZeRO-1, with and without offload, equals GPU DDP bitwise after 4 steps", "[gpu_zero_equal]") {
+// Three steps of GpuZeroModel<F> against the single-GPU model whose gradients DDP's all-reduce
+// summed (the same host-staging communicator), from the same per-rank gradients: the model's
+// parameters (every rank all of them) and this rank's fp32 master shard.
+template <typename F>
+void check_steps_against_all_reduce(Communicator& world, bool offload) {
+  const GPTConfig config = gpt_config_by_name("tiny");
+  AdamWConfig hp;
+  hp.lr = 3e-3;
+  cuda::GpuTrainModel<F> ref(config, nullptr);
+  ref.init_weights(kSeed);
+  HostStagingCommunicator ref_comm(world, ref.stream());
+  GpuZeroModel<F> zero(config, world, staged, nullptr, offload);
+  zero.init_weights(kSeed);
+  const std::size_t psi = ref.num_params();
+  AdamW ref_adam(psi, hp, nullptr), zero_adam(zero.num_params(), hp, nullptr);
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<float> g = rank_gradients(psi, world.rank(), step);
+    put_gradients(ref.gpt().grads(), g, ref.stream());
+    F* rg = ref.gpt().grads().data();
+    ref_comm.all_reduce(rg, rg, psi, cuda::DType<F>::comm_type, ReduceOp::kSum);
+    const TrainModel::StepOutcome a = ref.optimizer_step(ref_adam, hp.lr, 1.0, 0.0);
+    put_gradients(zero.gpt().grads(), g, zero.gpt().stream());
+    zero.begin_step(1);
+    const TrainModel::StepOutcome b = zero.optimizer_step(zero_adam, hp.lr, 1.0, 0.0);
+    INFO("step " << step << ": norm " << a.grad_norm << " (all-reduce) vs " << b.grad_norm << " (ZeRO)");
+    CHECK(!a.skipped);
+    CHECK(!b.skipped);
+    CHECK(b.grad_norm == Approx(a.grad_norm).epsilon(1e-12));  // the same squares, summed per shard
+  }
+  // With d <= 2 every sum is a + b: bitwise. MPI may order a sum of three or more otherwise.
+  const double tol = world.size() <= 2 ? 0.0 : 1e-6;
+  const std::vector<float> want = widened(ref.gpt().params(), ref.stream());
+  const std::vector<float> got = widened(zero.gpt().params(), zero.gpt().stream());
+  const std::string what = std::string(cuda::DType<F>::name) + (offload ? " offload" : " on the GPU");
+  auto check = [tol](const std::string& name, const float* x, const float* y, std::size_t n) {
+    return tol == 0 ? compare_bitwise(name, x, y, n) : compare_close(name, x, y, n, tol, 0.0);
+  };
+  const Comparison p = check("model parameters (" + what + ") on rank " + std::to_string(world.rank()), got.data(),
+                             want.data(), psi);
+  INFO(p.message());
+  CHECK(p.ok);
+  const ZeroShards& s = zero.shards();
+  const float* ref_master = ref.master_params();
+  const Comparison m = check("fp32 master shard (" + what + ") on rank " + std::to_string(world.rank()),
+                             zero.master_params(), ref_master + s.begin(), s.size());
+  INFO(m.message());
+  CHECK(m.ok);
+}
+
+TEST_CASE("GPU ZeRO-1's step equals the all-reduced step bitwise, on the GPU and offloaded", "[gpu_zero_step]") {
+  Communicator& world = test_world();
+  for (const bool offload : {false, true}) {
+    INFO(where(world) << (offload ? ", offload" : ", on the GPU"));
+    check_steps_against_all_reduce<float>(world, offload);
+    check_steps_against_all_reduce<cuda::bf16>(world, offload);
+    check_steps_against_all_reduce<cuda::fp16>(world, offload);
+  }
+}
+
+// Whole training runs: the GPU's own sums are not reproducible run to run (wte's atomicAdds,
+// cuBLAS's reduction order: docs/gpu.md), so two runs differ in the last bits from the first
+// backward on, and AdamW turns a last-bit change of a near-zero gradient into a change of up to
+// 2 lr of its parameter. Tolerances over the whole model (relative norm): fp32 1e-4, bf16 5e-2
+// (one bf16 rounding flip is 2^-8 of a value; the CPU's deterministic bf16 ZeRO-vs-DDP runs
+// measured 1.0e-2 to 1.5e-2 after 5 steps).
+TEST_CASE("GPU ZeRO-1 trains as GPU DDP does, with and without offload", "[gpu_zero_trainer]") {
   Communicator& world = test_world();
   for (const std::string precision : {"fp32", "bf16"}) {
     for (const bool offload : {false, true}) {
       INFO(where(world) << ", " << label(precision, offload));
+      const double loss_tol = precision == "fp32" ? 1e-5 : 1e-3, param_tol = precision == "fp32" ? 1e-4 : 5e-2;
       TrainOptions o = options(world, precision, offload);
       MemoryTracker t1, t2;
       TrainOptions plain = o;
@@ -105,23 +202,24 @@ TEST_CASE("GPU ZeRO-1, with and without offload, equals GPU DDP bitwise after 4 
       plain.parallel.offload = false;
       Trainer ddp(plain, &t1, gpu_models(), gpu_ddp(world));
       Trainer zero(o, &t2, gpu_models(), gpu_zero(world));
+      double first = 0, last = 0;
       for (int i = 0; i < 4; ++i) {
         const StepStats a = ddp.step(), b = zero.step();
         INFO("step " << i << ": loss " << a.loss << " (DDP) vs " << b.loss << " (ZeRO)");
-        CHECK(a.loss == b.loss);
-        CHECK(b.grad_norm == Approx(a.grad_norm).epsilon(1e-6));  // summed in another order
+        CHECK(b.loss == Approx(a.loss).epsilon(loss_tol));
+        if (i == 0) first = b.loss;
+        last = b.loss;
       }
+      CHECK(last < first);
       const std::size_t psi = ddp.model().num_params();
       const std::vector<float> got = whole_params(world, zero.model(), psi);
-      const float* want = ddp.model().master_params();
-      for (const ParamTensor& t : ddp.model().layout().tensors()) {
-        const Comparison c = compare_bitwise(t.name + " (" + label(precision, offload) + " vs DDP) on rank " +
-                                                 std::to_string(world.rank()),
-                                             got.data() + t.offset, want + t.offset, t.numel);
-        INFO(c.message() << ", relative error "
-                         << relative_norm_error(got.data() + t.offset, want + t.offset, t.numel));
-        CHECK(c.ok);
-      }
+      const double err = relative_norm_error(got.data(), ddp.model().master_params(), psi);
+      if (world.rank() == 0)
+        std::printf(
+            "gpu_zero_trainer: %s, %d rank(s): parameters after 4 steps differ from DDP's by %.3g (relative "
+            "norm; tolerance %.0e)\n",
+            label(precision, offload).c_str(), world.size(), err, param_tol);
+      CHECK(err <= param_tol);
     }
   }
 }
