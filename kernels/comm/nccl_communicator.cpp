@@ -242,6 +242,33 @@ void NcclCommunicator::do_reduce_scatter(const void* send, void* recv, std::size
   ctx_->finish("reduce_scatter of " + std::to_string(count) + " elements", started);
 }
 
+std::unique_ptr<RequestState> NcclCommunicator::do_ireduce_scatter_v(const void* send, void* recv, const Pieces& pieces,
+                                                                     DataType type, ReduceOp op) {
+  const std::size_t e = dtype_size(type);
+  const int me = rank();
+  check_device(send, pieces.count() * e, "reduce_scatter_v");
+  check_device(recv, pieces.size(me) * e, "reduce_scatter_v");
+  ctx_->flush();
+  verify(CommOp::kReduceScatter, pieces.count(), type, -1, "reduce_scatter_v");
+  ctx_->begin();
+  if (pieces.count() > 0) {
+    // Piece b is a reduce rooted at its owner b, all in one group (as the uneven reduce_scatter).
+    ncclComm_t c = ctx_->comm();
+    SCALELAB_NCCL_CHECK(ncclGroupStart(), world_rank(), c);
+    for (int b = 0; b < size(); ++b) {
+      if (pieces.size(b) == 0) continue;  // every rank skips the same pieces
+      const void* piece = at(send, pieces.offset(b), e);
+      void* out = b == me ? recv : const_cast<void*>(piece);
+      SCALELAB_NCCL_CHECK(ncclReduce(piece, out, pieces.size(b), nccl_datatype(type), nccl_op(op), b, c,
+                                     ctx_->stream()),
+                          world_rank(), c);
+    }
+    SCALELAB_NCCL_CHECK(ncclGroupEnd(), world_rank(), c);
+  }
+  return std::make_unique<NcclEventRequest>(ctx_,
+                                            "ireduce_scatter_v of " + std::to_string(pieces.count()) + " elements");
+}
+
 void NcclCommunicator::do_all_gather(const void* send, void* recv, std::size_t count, DataType type) {
   const std::int64_t started = now_ns();
   const BlockPartition p = partition(count);

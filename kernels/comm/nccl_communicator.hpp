@@ -66,6 +66,9 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<RequestState> do_iall_reduce(const void* send, void* recv, std::size_t count, DataType type,
                                                ReduceOp op) override;
   void do_reduce_scatter(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) override;
+  // A unit's pieces (ZeRO on the GPU): one ncclReduce per rank's piece, rooted at its owner.
+  std::unique_ptr<RequestState> do_ireduce_scatter_v(const void* send, void* recv, const Pieces& pieces, DataType type,
+                                                     ReduceOp op) override;
   void do_all_gather(const void* send, void* recv, std::size_t count, DataType type) override;
   void do_broadcast(void* buf, std::size_t count, DataType type, int root) override;
   void do_barrier() override;

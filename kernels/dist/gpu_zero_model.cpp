@@ -29,18 +29,23 @@ std::size_t host_threads(std::size_t n) {
   return std::clamp<std::size_t>(n / kMinChunk, 1, std::min<std::size_t>(cores, 16));
 }
 
-// fn(chunk, begin, end) over `chunks` contiguous pieces of [0, n), one thread each.
+// fn(chunk, begin, end) over `chunks` contiguous pieces of [first, last), one thread each.
 template <typename Fn>
-void for_chunks(std::size_t n, std::size_t chunks, Fn fn) {
-  const BlockPartition cut{n, static_cast<int>(chunks)};
+void for_chunks(std::size_t first, std::size_t last, std::size_t chunks, Fn fn) {
+  const BlockPartition cut{last - first, static_cast<int>(chunks)};
+  auto piece = [&](std::size_t c) {
+    const std::size_t b = first + cut.offset(static_cast<int>(c));
+    fn(c, b, b + cut.size(static_cast<int>(c)));
+  };
   std::vector<std::thread> workers;
-  for (std::size_t c = 1; c < chunks; ++c)
-    workers.emplace_back([&, c] {
-      fn(c, cut.offset(static_cast<int>(c)), cut.offset(static_cast<int>(c)) + cut.size(static_cast<int>(c)));
-    });
-  fn(0, 0, cut.size(0));
+  for (std::size_t c = 1; c < chunks; ++c) workers.emplace_back(piece, c);
+  piece(0);
   for (std::thread& w : workers) w.join();
 }
+
+// Offload's AdamW runs in slabs of at least this many elements, each copied to the GPU while the
+// next is computed.
+constexpr std::size_t kSlab = std::size_t{1} << 22;
 
 }  // namespace
 
@@ -78,10 +83,18 @@ GpuZeroModel<F>::GpuZeroModel(const GPTConfig& config, Communicator& dp, const D
   SCALELAB_CHECK(dev_ && dev_->memory_space() == MemorySpace::kDevice && dev_->size() == dp.size() &&
                      dev_->rank() == dp.rank(),
                  "ZeRO on the GPU needs a device-memory communicator over the same ranks as the data-parallel group");
+  gpt_.set_grad_ready_hook([this](std::size_t offset) { on_grads_ready(offset); });
 }
 
 template <typename F>
-GpuZeroModel<F>::~GpuZeroModel() = default;
+GpuZeroModel<F>::~GpuZeroModel() {
+  // Reductions still in flight (an exception mid-backward) complete before their buffers go.
+  try {
+    finish_reductions(0);
+    copy_stream_.synchronize();
+  } catch (...) {  // NOLINT(bugprone-empty-catch): nothing to do about it in a destructor
+  }
+}
 
 template <typename F>
 void GpuZeroModel<F>::sync() const {
@@ -141,23 +154,81 @@ double GpuZeroModel<F>::forward(const int* tokens, const int* targets, int B, in
 template <typename F>
 void GpuZeroModel<F>::backward(double loss_scale) {
   const double t0 = timeline_.now_us();
-  gpt_.backward(static_cast<float>(loss_scale));
-  sync();  // so the timeline's interval is the GPU's, not the enqueueing's
+  gpt_.backward(static_cast<float>(loss_scale));  // the hook starts each unit's reduction (last micro-batch)
+  sync();                                         // so the timeline's interval is the GPU's, not the enqueueing's
   timeline_.add("backward", "compute", 0, t0, timeline_.now_us());
+  if (communicating_) {
+    finish_reductions(0);
+    reduced_ = true;
+  } else if (--backwards_left_ == 0) {
+    communicating_ = true;  // the next backward is the step's last
+  }
 }
 
 template <typename F>
 void GpuZeroModel<F>::begin_step(int micro_batches) {
   SCALELAB_CHECK(micro_batches >= 1, "begin_step: ", micro_batches, " micro-batches");
-  timeline_.clear();  // stage 1 reduces once, after the last micro-batch: nothing to arm
+  SCALELAB_CHECK(reductions_.empty(), "a step began with reductions in flight");
+  backwards_left_ = micro_batches - 1;  // stage 1: the earlier micro-batches add up locally
+  communicating_ = backwards_left_ == 0;
+  reduced_ = false;
+  timeline_.clear();
+}
+
+template <typename F>
+void GpuZeroModel<F>::on_grads_ready(std::size_t offset) {
+  const ZeroUnit* unit = shards_.unit_starting_at(offset);
+  if (unit == nullptr || !communicating_) return;
+  // The unit's kernels are enqueued on the model's stream; the device communicator orders its
+  // reduce after them (NCCL: an event; host staging: a synchronisation), in place: this rank's
+  // piece of the sum lands where its piece of the unit was.
+  F* g = gpt_.grads().data();
+  Reduction& r = reductions_.emplace_back();
+  r.unit = unit;
+  r.start_us = timeline_.now_us();
+  r.request = dev_->ireduce_scatter_v(g + unit->begin, g + shards_.piece_begin(*unit), unit->pieces,
+                                      DType<F>::comm_type, ReduceOp::kSum);
+  // Earlier units that are done: their pieces start for the host (offload) without waiting.
+  while (reductions_.size() > 1 && dev_->test(reductions_.front().request)) {
+    finish_reduction(reductions_.front());
+    reductions_.pop_front();
+  }
+}
+
+template <typename F>
+void GpuZeroModel<F>::finish_reduction(Reduction& r) {
+  dev_->wait(r.request);
+  timeline_.add("reduce-scatter " + r.unit->name, "comm", 1, r.start_us, timeline_.now_us());
+  if (offload_) copy_out(shards_.piece_begin(*r.unit) - shards_.begin(), shards_.piece_size(*r.unit));
+}
+
+template <typename F>
+void GpuZeroModel<F>::finish_reductions(std::size_t keep) {
+  while (reductions_.size() > keep) {
+    finish_reduction(reductions_.front());
+    reductions_.pop_front();
+  }
+}
+
+template <typename F>
+void GpuZeroModel<F>::copy_out(std::size_t at, std::size_t count) {
+  // Offload: shard elements [at, at + count) of the summed gradients to the host, in the model's
+  // type, on the copy stream (the copy engine runs beside the backward kernels).
+  if (count == 0) return;
+  void* landing = kMixed ? static_cast<void*>(host_half_.data() + at) : static_cast<void*>(host_grads_.data() + at);
+  SCALELAB_CUDA_CHECK(
+      cudaMemcpyAsync(landing, own_grads() + at, count * sizeof(F), cudaMemcpyDeviceToHost, copy_stream_.get()));
 }
 
 template <typename F>
 void GpuZeroModel<F>::reduce_gradients() {
+  // The whole buffer at once: a step whose gradients did not come from backward (a test's), or
+  // a backward that never reduced.
   const double t0 = timeline_.now_us();
   F* g = gpt_.grads().data();
   dev_->reduce_scatter(g, g + shards_.begin(), shards_.num_params(), DType<F>::comm_type, ReduceOp::kSum);
   timeline_.add("reduce-scatter gradients", "comm", 1, t0, timeline_.now_us());
+  if (offload_) copy_out(0, shards_.size());
 }
 
 template <typename F>
@@ -171,7 +242,8 @@ template <typename F>
 TrainModel::StepOutcome GpuZeroModel<F>::optimizer_step(AdamW& optimizer, double lr, double grad_scale, double clip) {
   SCALELAB_CHECK(optimizer.size() == shards_.size(), "optimizer for ", optimizer.size(), " parameters, shard has ",
                  shards_.size());
-  reduce_gradients();
+  if (!reduced_) reduce_gradients();
+  reduced_ = false;
   const StepOutcome out = offload_ ? offload_step(optimizer, lr, grad_scale, clip)
                                    : device_step(optimizer, lr, grad_scale, clip);
   if (!out.skipped) all_gather_params();  // a skipped step changed nothing anywhere
@@ -226,27 +298,19 @@ template <typename F>
 TrainModel::StepOutcome GpuZeroModel<F>::offload_step(AdamW& optimizer, double lr, double grad_scale, double clip) {
   StepOutcome out;
   const std::size_t n = shards_.size();
-  const std::size_t chunks = host_threads(n);
-  cudaStream_t st = gpt_.stream();
   float* g = host_grads_.data();
   float* master = host_master_.data();
-  // The summed gradient shard out to the host in the model's type (half the bytes of fp32 for
-  // bf16/fp16), widened there.
   double t0 = timeline_.now_us();
-  void* landing = kMixed ? static_cast<void*>(host_half_.data()) : static_cast<void*>(g);
-  SCALELAB_CUDA_CHECK(cudaMemcpyAsync(landing, own_grads(), n * sizeof(F), cudaMemcpyDeviceToHost, st));
-  sync();
-  if constexpr (kMixed) {
-    for_chunks(n, chunks, [&](std::size_t, std::size_t b, std::size_t e) {
-      half_to_float(g + b, host_half_.data() + b, e - b, kHalfFormat);
-    });
-  }
-  timeline_.add("gradient shard to host", "comm", 2, t0, timeline_.now_us());
-  // The CPU's fp32 step (train/fp32_model.cpp) over threads: scale, norm, skip, clip, AdamW.
+  copy_stream_.synchronize();  // the gradient pieces copied out during backward (or just now)
+  timeline_.add("gradient shard to host (rest)", "comm", 2, t0, timeline_.now_us());
+  // The CPU's fp32 step (train/fp32_model.cpp) on host threads: widen (mixed), scale, norm,
+  // skip, clip, AdamW.
   t0 = timeline_.now_us();
-  std::vector<double> squares(chunks, 0.0);
+  const std::size_t threads = host_threads(n);
+  std::vector<double> squares(threads, 0.0);
   const float s = static_cast<float>(grad_scale);
-  for_chunks(n, chunks, [&](std::size_t c, std::size_t b, std::size_t e) {
+  for_chunks(0, n, threads, [&](std::size_t c, std::size_t b, std::size_t e) {
+    if constexpr (kMixed) half_to_float(g + b, host_half_.data() + b, e - b, kHalfFormat);
     double sum = 0;
     for (std::size_t i = b; i < e; ++i) {
       if (grad_scale != 1.0) g[i] *= s;
@@ -260,21 +324,27 @@ TrainModel::StepOutcome GpuZeroModel<F>::offload_step(AdamW& optimizer, double l
   out.grad_norm = std::sqrt(ss);
   if (!std::isfinite(out.grad_norm)) {  // an inf/NaN on any rank: every rank skips
     out.skipped = true;
+    timeline_.add("norm on the host", "compute", 2, t0, timeline_.now_us());
     return out;
   }
+  // AdamW in slabs: while the threads update slab k + 1, the copy engine takes slab k (rounded to
+  // the model's type) into the parameters, so the copies in overlap the host's compute.
   optimizer.begin_step();
-  for_chunks(n, chunks, [&](std::size_t, std::size_t b, std::size_t e) {
-    if (clip > 0) clip_to_norm(g + b, e - b, out.grad_norm, clip);
-    optimizer.update_range(master + b, g + b, b, e - b, lr);
-    if constexpr (kMixed) float_to_half(host_half_.data() + b, master + b, e - b, kHalfFormat);  // nearest even
-  });
-  timeline_.add("AdamW on the shard (host)", "compute", 2, t0, timeline_.now_us());
-  // The new shard back into the model's parameters, in the model's type.
-  t0 = timeline_.now_us();
-  const void* from = kMixed ? static_cast<const void*>(host_half_.data()) : static_cast<const void*>(master);
-  SCALELAB_CUDA_CHECK(cudaMemcpyAsync(own_params(), from, n * sizeof(F), cudaMemcpyHostToDevice, st));
-  sync();
-  timeline_.add("parameter shard to GPU", "comm", 2, t0, timeline_.now_us());
+  const std::size_t slab = std::max<std::size_t>(kSlab, n / 8);
+  for (std::size_t at = 0; at < n; at += slab) {
+    const std::size_t end = std::min(n, at + slab);
+    for_chunks(at, end, host_threads(end - at), [&](std::size_t, std::size_t b, std::size_t e) {
+      if (clip > 0) clip_to_norm(g + b, e - b, out.grad_norm, clip);
+      optimizer.update_range(master + b, g + b, b, e - b, lr);
+      if constexpr (kMixed) float_to_half(host_half_.data() + b, master + b, e - b, kHalfFormat);  // nearest even
+    });
+    const void* from = kMixed ? static_cast<const void*>(host_half_.data() + at)
+                              : static_cast<const void*>(master + at);
+    SCALELAB_CUDA_CHECK(
+        cudaMemcpyAsync(own_params() + at, from, (end - at) * sizeof(F), cudaMemcpyHostToDevice, copy_stream_.get()));
+  }
+  copy_stream_.synchronize();  // the all-gather reads the parameters next
+  timeline_.add("AdamW on the host, parameters to the GPU", "compute", 2, t0, timeline_.now_us());
   return out;
 }
 

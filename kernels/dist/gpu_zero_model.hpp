@@ -3,14 +3,16 @@
 //
 // Each rank runs its own rows of the batch, as in DDP, into the GPT's whole gradient buffer; the
 // shards are the CPU's (dist/zero_shards.hpp: BlockPartition{psi, d}), so checkpoints and the
-// strategy's resharding are shared with the CPU models. After the step's last backward:
+// strategy's resharding are shared with the CPU models. A step:
 //
-//   reduce-scatter the gradients (in the model's type) in place: this rank's shard becomes the sum
+//   during the last micro-batch's backward, as each unit (ln_f, a block, the embeddings) is done:
+//   reduce-scatter it (in the model's type) in place, non-blocking: this rank's piece becomes the
+//   sum; offload: the piece is copied to the host on a copy stream as soon as it is reduced
 //   norm: the shard's sum of squares on the GPU, added over the ranks (and the inf/NaN flag)
 //   AdamW on the shard                          on the GPU, or on the host under offload:
-//                                               gradient shard D2H in F, widened; AdamW on the
-//                                               host's fp32 master shard in threads; rounded to F
-//                                               and H2D into the parameters
+//                                               widened; AdamW on the host's fp32 master shard in
+//                                               threads, slab by slab, each slab rounded to F and
+//                                               copied into the parameters while the next computes
 //   all-gather the parameters (in the model's type) in place
 //
 //   memory per rank (psi parameters, d ranks)   device                     host
@@ -34,6 +36,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -45,6 +48,7 @@
 #include "dist/timeline.hpp"
 #include "dist/zero_shards.hpp"
 #include "dist/zero_train_model.hpp"
+#include "kernels/core/device.hpp"
 #include "kernels/core/device_buffer.hpp"
 #include "kernels/core/dtype.hpp"
 #include "kernels/model/gpu_gpt.hpp"
@@ -128,6 +132,16 @@ class GpuZeroModel final : public ZeroTrainModel {
   std::vector<float> grad_shard_to_host() const;
 
  private:
+  // A unit's reduction, started by the grad-ready hook during the step's last backward.
+  struct Reduction {
+    const ZeroUnit* unit = nullptr;
+    Request request;
+    double start_us = 0;
+  };
+  void on_grads_ready(std::size_t offset);
+  void finish_reduction(Reduction& r);
+  void finish_reductions(std::size_t keep);          // until at most `keep` are in flight
+  void copy_out(std::size_t at, std::size_t count);  // offload: shard elements to the host
   void reduce_gradients();
   void all_gather_params();
   StepOutcome device_step(AdamW& optimizer, double lr, double grad_scale, double clip);
@@ -153,7 +167,12 @@ class GpuZeroModel final : public ZeroTrainModel {
   Buffer<float> host_master_, host_grads_;
   Buffer<std::uint16_t> host_half_;
   PinnedRegistration pin_master_, pin_grads_, pin_half_;
+  Stream copy_stream_;                      // offload: the PCIe copies, beside the model's stream
   mutable std::vector<float> host_params_;  // master_params()'s copy
+  std::deque<Reduction> reductions_;        // in flight
+  int backwards_left_ = 0;                  // backward passes before the communicating one
+  bool communicating_ = true;               // this backward reduce-scatters
+  bool reduced_ = false;                    // the step's gradients were reduced during backward
   Timeline timeline_;
 };
 

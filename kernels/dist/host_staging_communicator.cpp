@@ -76,8 +76,10 @@ using Clock = std::chrono::steady_clock;
 // bytes from the pinned buffer back into device memory (none for a send).
 class StagedRequest final : public RequestState {
  public:
-  StagedRequest(HostStagingCommunicator& owner, std::unique_ptr<PinnedLease> lease, void* device_dst, std::size_t bytes)
-      : owner_(owner), lease_(std::move(lease)), device_dst_(device_dst), bytes_(bytes) {}
+  // The result, `bytes` at `host_offset` of the pinned buffer, goes to device_dst.
+  StagedRequest(HostStagingCommunicator& owner, std::unique_ptr<PinnedLease> lease, void* device_dst, std::size_t bytes,
+                std::size_t host_offset = 0)
+      : owner_(owner), lease_(std::move(lease)), device_dst_(device_dst), bytes_(bytes), host_offset_(host_offset) {}
   // Started after construction, so that the lease outlives the wrapped request (members are
   // destroyed in reverse order: the wrapped request's destructor waits before the buffer goes).
   void start(Request inner) { inner_ = std::move(inner); }
@@ -94,13 +96,14 @@ class StagedRequest final : public RequestState {
 
  private:
   void finish() {
-    if (device_dst_ && bytes_) owner_.to_device(device_dst_, lease_->data(), bytes_);
+    if (device_dst_ && bytes_) owner_.to_device(device_dst_, lease_->data() + host_offset_, bytes_);
     device_dst_ = nullptr;
   }
   HostStagingCommunicator& owner_;
   std::unique_ptr<PinnedLease> lease_;
   void* device_dst_;
   std::size_t bytes_;
+  std::size_t host_offset_;
   Request inner_;
 };
 
@@ -213,6 +216,21 @@ void HostStagingCommunicator::do_reduce_scatter(const void* send, void* recv, st
   to_host(whole.data(), send, count * e);
   host_.reduce_scatter(whole.data(), mine.data(), count, type, op);
   to_device(recv, mine.data(), block);
+}
+
+std::unique_ptr<RequestState> HostStagingCommunicator::do_ireduce_scatter_v(const void* send, void* recv,
+                                                                            const Pieces& pieces, DataType type,
+                                                                            ReduceOp op) {
+  const std::size_t e = dtype_size(type), whole = pieces.count() * e, mine = pieces.size(rank()) * e;
+  check_device(send, whole, "reduce_scatter_v");
+  check_device(recv, mine, "reduce_scatter_v");
+  // One pinned buffer: the unit's gradients, then this rank's piece of the sum after them.
+  auto lease = std::make_unique<PinnedLease>(pool_, whole + mine, staging_);
+  to_host(lease->data(), send, whole);
+  unsigned char* staged = lease->data();
+  auto request = std::make_unique<StagedRequest>(*this, std::move(lease), recv, mine, whole);
+  request->start(host_.ireduce_scatter_v(staged, staged + whole, pieces, type, op));
+  return request;
 }
 
 void HostStagingCommunicator::do_all_gather(const void* send, void* recv, std::size_t count, DataType type) {

@@ -64,6 +64,9 @@ class HostStagingCommunicator final : public Communicator {
   std::unique_ptr<RequestState> do_iall_reduce(const void* send, void* recv, std::size_t count, DataType type,
                                                ReduceOp op) override;
   void do_reduce_scatter(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) override;
+  // ZeRO on the GPU (stage 07): one unit's pieces, reduced as backward finishes the unit.
+  std::unique_ptr<RequestState> do_ireduce_scatter_v(const void* send, void* recv, const Pieces& pieces, DataType type,
+                                                     ReduceOp op) override;
   void do_all_gather(const void* send, void* recv, std::size_t count, DataType type) override;
   void do_broadcast(void* buf, std::size_t count, DataType type, int root) override;
   void do_barrier() override;

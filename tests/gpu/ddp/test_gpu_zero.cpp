@@ -254,6 +254,16 @@ TEST_CASE("GPU ZeRO-1 memory and traffic equal the formulas", "[gpu_zero_formula
       const std::size_t elements = ring_reduce_scatter_traffic(psi, r, d).sent +
                                    ring_all_gather_traffic(psi, r, d).sent;
       CHECK(s.comm_bytes_sent == elements * e);
+      // The reduce-scatters ran unit by unit from the grad-ready hook, during backward.
+      std::size_t unit_reductions = 0, whole = 0;
+      for (const TimelineEvent& ev : z.timeline().events()) {
+        if (ev.name == "reduce-scatter gradients")
+          ++whole;
+        else if (ev.name.rfind("reduce-scatter ", 0) == 0)
+          ++unit_reductions;
+      }
+      CHECK(whole == 0);
+      CHECK(unit_reductions == shards.units().size());
     }
   }
 }
@@ -266,14 +276,11 @@ TEST_CASE("GPU ZeRO-1: an inf in rank 0's gradient shard skips the step on every
     GpuZeroModel<cuda::bf16> model(gpt_config_by_name("tiny"), world, staged, &tracker, offload);
     model.init_weights(kSeed);
     const std::vector<float> before(model.master_params(), model.master_params() + model.num_params());
-    std::vector<int> tokens(2 * 16, 1), targets(2 * 16, 2);
-    model.zero_grad();
-    model.forward(tokens.data(), targets.data(), 2, 16);
-    model.backward(1.0);
-    if (world.rank() == 0) {             // rank 0 alone: element 0, which rank 0's shard holds after the sum
-      const std::uint16_t inf = 0x7F80;  // bf16 +inf
-      SCALELAB_CUDA_CHECK(cudaMemcpy(model.gpt().grads().data(), &inf, sizeof inf, cudaMemcpyHostToDevice));
-    }
+    // Gradients as if from backward, but for rank 0's +inf at element 0, which rank 0's shard
+    // holds after the sum (the other ranks never see it in their own shards).
+    std::vector<float> g = rank_gradients(model.layout().num_params(), world.rank(), 0);
+    if (world.rank() == 0) g[0] = std::numeric_limits<float>::infinity();
+    put_gradients(model.gpt().grads(), g, model.gpt().stream());
     AdamW adamw(model.num_params(), AdamWConfig{}, nullptr);
     model.begin_step(1);
     const TrainModel::StepOutcome out = model.optimizer_step(adamw, 1e-3, 1.0, 0.0);
