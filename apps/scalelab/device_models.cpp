@@ -108,12 +108,12 @@ GradCommFactory gradient_communicator_factory(const std::string& device, bool nc
 ZeroModelFactory zero_model_factory(const std::string& device, bool nccl, double timeout_seconds) {
   if (device != "cuda") return {};
 #ifdef SCALELAB_HAVE_CUDA
-  return [nccl, timeout_seconds](const GPTConfig& config, int /*stage: 1, the strategy checked*/,
-                                 const std::string& precision, bool offload, Communicator& dp, MemoryTracker* tracker) {
+  return [nccl, timeout_seconds](const GPTConfig& config, int stage, const std::string& precision, bool offload,
+                                 Communicator& dp, MemoryTracker* tracker) {
     const cuda::DeviceCommFactory make_comm = [nccl, timeout_seconds](Communicator& host, cudaStream_t stream) {
       return device_communicator(nccl, host, stream, timeout_seconds);
     };
-    return cuda::make_gpu_zero_model(config, precision, dp, make_comm, tracker, offload);
+    return cuda::make_gpu_zero_model(config, stage, precision, dp, make_comm, tracker, offload);
   };
 #else
   (void)nccl, (void)timeout_seconds;

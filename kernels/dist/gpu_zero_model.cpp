@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "kernels/core/cuda_check.hpp"
+#include "kernels/layers/residual.hpp"
 #include "kernels/optim/adamw.hpp"
 #include "kernels/optim/grad_ops.hpp"
 #include "kernels/precision/cast.hpp"
@@ -60,14 +61,17 @@ PinnedRegistration::~PinnedRegistration() {
 }
 
 template <typename F>
-GpuZeroModel<F>::GpuZeroModel(const GPTConfig& config, Communicator& dp, const DeviceCommFactory& make_comm,
+GpuZeroModel<F>::GpuZeroModel(const GPTConfig& config, int stage, Communicator& dp, const DeviceCommFactory& make_comm,
                               MemoryTracker* tracker, bool offload)
-    : offload_(offload),
+    : stage_(stage),
+      offload_(offload),
       dp_(dp),
       tracker_(tracker),
       shards_((config.validate(), config), dp.rank(), dp.size()),
-      gpt_(config, tracker),
+      gpt_(config, tracker, GpuOptions{false, stage == 1}),
       dev_(make_comm(dp, gpt_.stream())),
+      grad_shard_(stage == 2 ? shards_.size() : 0, MemCategory::kGrads, tracker),
+      working_(shards_.units().size()),
       master_(kMixed && !offload ? shards_.size() : 0, MemCategory::kOptimizer, tracker),
       m_(offload ? 0 : shards_.size(), MemCategory::kOptimizer, tracker),
       v_(offload ? 0 : shards_.size(), MemCategory::kOptimizer, tracker),
@@ -83,7 +87,12 @@ GpuZeroModel<F>::GpuZeroModel(const GPTConfig& config, Communicator& dp, const D
   SCALELAB_CHECK(dev_ && dev_->memory_space() == MemorySpace::kDevice && dev_->size() == dp.size() &&
                      dev_->rank() == dp.rank(),
                  "ZeRO on the GPU needs a device-memory communicator over the same ranks as the data-parallel group");
+  require(stage == 1 || stage == 2, "zero",
+          "ZeRO-" + std::to_string(stage) + " is not built on the GPU (the parameters would be gathered per block)",
+          "use --zero 1 or 2 with --device cuda, or --device cpu for ZeRO-3");
+  SCALELAB_CHECK(!offload || stage == 1, "offload with ZeRO-", stage, " on the GPU (the strategy refuses it)");
   gpt_.set_grad_ready_hook([this](std::size_t offset) { on_grads_ready(offset); });
+  if (stage == 2) gpt_.set_grad_storage([this](std::size_t offset) { return grad_place(offset); });
 }
 
 template <typename F>
@@ -144,6 +153,14 @@ void GpuZeroModel<F>::set_master_params(const float* values) {
 }
 
 template <typename F>
+void GpuZeroModel<F>::zero_grad() {
+  gpt_.zero_grad();
+  if (grad_shard_.size() > 0)
+    SCALELAB_CUDA_CHECK(cudaMemsetAsync(grad_shard_.data(), 0, grad_shard_.bytes(), gpt_.stream()));
+  first_contribution_ = true;
+}
+
+template <typename F>
 double GpuZeroModel<F>::forward(const int* tokens, const int* targets, int B, int T) {
   const double t0 = timeline_.now_us();
   const double loss = gpt_.forward(tokens, targets, B, T);  // synchronises: the loss is on the host
@@ -160,6 +177,8 @@ void GpuZeroModel<F>::backward(double loss_scale) {
   if (communicating_) {
     finish_reductions(0);
     reduced_ = true;
+    first_contribution_ = false;  // stage 2: the next micro-batch's sums add to these
+    for (const auto& w : working_) SCALELAB_CHECK(w.size() == 0, "a unit's gradients were not reduce-scattered");
   } else if (--backwards_left_ == 0) {
     communicating_ = true;  // the next backward is the step's last
   }
@@ -169,7 +188,8 @@ template <typename F>
 void GpuZeroModel<F>::begin_step(int micro_batches) {
   SCALELAB_CHECK(micro_batches >= 1, "begin_step: ", micro_batches, " micro-batches");
   SCALELAB_CHECK(reductions_.empty(), "a step began with reductions in flight");
-  backwards_left_ = micro_batches - 1;  // stage 1: the earlier micro-batches add up locally
+  // Stage 1: the earlier micro-batches add up locally; stage 2 reduces every one.
+  backwards_left_ = stage_ == 1 ? micro_batches - 1 : 0;
   communicating_ = backwards_left_ == 0;
   reduced_ = false;
   timeline_.clear();
@@ -180,14 +200,27 @@ void GpuZeroModel<F>::on_grads_ready(std::size_t offset) {
   const ZeroUnit* unit = shards_.unit_starting_at(offset);
   if (unit == nullptr || !communicating_) return;
   // The unit's kernels are enqueued on the model's stream; the device communicator orders its
-  // reduce after them (NCCL: an event; host staging: a synchronisation), in place: this rank's
-  // piece of the sum lands where its piece of the unit was.
+  // reduce after them (NCCL: an event; host staging: a synchronisation). Stage 1 reduces in
+  // place: this rank's piece of the sum lands where its piece of the unit was.
   F* g = gpt_.grads().data();
   Reduction& r = reductions_.emplace_back();
   r.unit = unit;
   r.start_us = timeline_.now_us();
-  r.request = dev_->ireduce_scatter_v(g + unit->begin, g + shards_.piece_begin(*unit), unit->pieces,
-                                      DType<F>::comm_type, ReduceOp::kSum);
+  const F* send = nullptr;
+  F* recv = nullptr;
+  if (stage_ == 1) {
+    send = g + unit->begin;
+    recv = g + shards_.piece_begin(*unit);
+  } else {
+    r.grads = std::move(working_[static_cast<std::size_t>(unit - shards_.units().data())]);
+    send = r.grads.data();
+    recv = grad_shard_.data() + (shards_.piece_begin(*unit) - shards_.begin());
+    if (!first_contribution_) {  // a later micro-batch: received apart, then added
+      r.recv = DeviceBuffer<F>(shards_.piece_size(*unit), MemCategory::kComm, tracker_);
+      recv = r.recv.data();
+    }
+  }
+  r.request = dev_->ireduce_scatter_v(send, recv, unit->pieces, DType<F>::comm_type, ReduceOp::kSum);
   // Earlier units that are done: their pieces start for the host (offload) without waiting.
   while (reductions_.size() > 1 && dev_->test(reductions_.front().request)) {
     finish_reduction(reductions_.front());
@@ -196,9 +229,25 @@ void GpuZeroModel<F>::on_grads_ready(std::size_t offset) {
 }
 
 template <typename F>
+F* GpuZeroModel<F>::grad_place(std::size_t offset) {
+  const ZeroUnit* unit = shards_.unit_starting_at(offset);
+  SCALELAB_CHECK(unit != nullptr, "GpuGPT asked for the gradients of no unit (offset ", offset, ")");
+  DeviceBuffer<F>& w = working_[static_cast<std::size_t>(unit - shards_.units().data())];
+  SCALELAB_CHECK(w.size() == 0, unit->name, "'s gradients asked for twice in one backward");
+  // At most one block's gradients still travel while this block's are computed.
+  if (unit->block >= 0) finish_reductions(1);
+  w = DeviceBuffer<F>(unit->size(), MemCategory::kGrads, tracker_);  // zeroed: backward accumulates
+  return w.data();
+}
+
+template <typename F>
 void GpuZeroModel<F>::finish_reduction(Reduction& r) {
   dev_->wait(r.request);
   timeline_.add("reduce-scatter " + r.unit->name, "comm", 1, r.start_us, timeline_.now_us());
+  if (r.recv.size() > 0) {  // stage 2, a later micro-batch: shard += piece (fp32 add, rounded once)
+    F* mine = grad_shard_.data() + (shards_.piece_begin(*r.unit) - shards_.begin());
+    residual_forward(mine, mine, r.recv.data(), r.recv.size(), gpt_.stream());
+  }
   if (offload_) copy_out(shards_.piece_begin(*r.unit) - shards_.begin(), shards_.piece_size(*r.unit));
 }
 
@@ -222,6 +271,7 @@ void GpuZeroModel<F>::copy_out(std::size_t at, std::size_t count) {
 
 template <typename F>
 void GpuZeroModel<F>::reduce_gradients() {
+  SCALELAB_CHECK(stage_ == 1, "ZeRO-2 reduces during backward; its step came without one");
   // The whole buffer at once: a step whose gradients did not come from backward (a test's), or
   // a backward that never reduced.
   const double t0 = timeline_.now_us();
@@ -369,7 +419,8 @@ ZeroStateBytes GpuZeroModel<F>::state_formula() const {
   // Stage 1 per element: the model's parameters and gradients in F; the shard's optimizer state
   // (m, v, and the fp32 master in mixed precision) on the GPU, or none there under offload.
   const std::size_t optimizer = offload_ ? 0 : (kMixed ? 12 : 8);
-  return zero_state_bytes(1, shards_.num_params(), shards_.size(), ZeroStateBytes{sizeof(F), sizeof(F), optimizer});
+  return zero_state_bytes(stage_, shards_.num_params(), shards_.size(),
+                          ZeroStateBytes{sizeof(F), sizeof(F), optimizer});
 }
 
 template <typename F>
@@ -385,12 +436,12 @@ template class GpuZeroModel<float>;
 template class GpuZeroModel<bf16>;
 template class GpuZeroModel<fp16>;
 
-std::unique_ptr<ZeroTrainModel> make_gpu_zero_model(const GPTConfig& config, const std::string& precision,
+std::unique_ptr<ZeroTrainModel> make_gpu_zero_model(const GPTConfig& config, int stage, const std::string& precision,
                                                     Communicator& dp, const DeviceCommFactory& make_comm,
                                                     MemoryTracker* tracker, bool offload) {
-  if (precision == "fp32") return std::make_unique<GpuZeroModel<float>>(config, dp, make_comm, tracker, offload);
-  if (precision == "bf16") return std::make_unique<GpuZeroModel<bf16>>(config, dp, make_comm, tracker, offload);
-  if (precision == "fp16") return std::make_unique<GpuZeroModel<fp16>>(config, dp, make_comm, tracker, offload);
+  if (precision == "fp32") return std::make_unique<GpuZeroModel<float>>(config, stage, dp, make_comm, tracker, offload);
+  if (precision == "bf16") return std::make_unique<GpuZeroModel<bf16>>(config, stage, dp, make_comm, tracker, offload);
+  if (precision == "fp16") return std::make_unique<GpuZeroModel<fp16>>(config, stage, dp, make_comm, tracker, offload);
   throw ConfigError("precision: unknown precision '" + precision + "'; use fp32, bf16 or fp16");
 }
 

@@ -16,6 +16,7 @@
 //   all-gather the parameters (in the model's type) in place
 //
 //   memory per rank (psi parameters, d ranks)   device                     host
+//   stage 2 (no offload)                        e psi + e psi/d + (8|12) psi/d   -
 //   fp32                                        4 psi + 4 psi + 8 psi/d     -
 //   bf16/fp16 (fp32 master in the shard)        2 psi + 2 psi + 12 psi/d    -
 //   fp32, offload                               4 psi + 4 psi               16 psi/d
@@ -28,9 +29,13 @@
 // kernels, or the CPU AdamW the GPU kernel is bitwise equal to), so with the same summed
 // gradients the parameters are the same bits.
 //
-// Stages 2 and 3 are refused on the GPU (dist/zero_strategy.cpp says why): they need the GPU
-// model to write each unit's gradients into, and read its parameters from, working buffers that
-// ZeRO hands it, which GpuGPT does not offer (the CPU's MixedPrecisionModel does: MixedStorage).
+// Stage 2 keeps no gradient buffer of the whole model: GpuGPT writes each unit's gradients into a
+// working buffer this class hands it (GpuGPT::set_grad_storage), which is reduce-scattered into
+// this rank's gradient shard (psi/d) when backward finishes the unit, on every micro-batch (a
+// later micro-batch's sums are added to the shard's, in fp32, rounded to F once), and freed.
+// Device grads: F psi/d plus the working set (the embeddings and ln_f for the whole backward, at
+// most two blocks). Stage 3 (the parameters gathered per block), and offload with stage 2 (the
+// gradient shard accumulated in host memory), are refused on the GPU (dist/zero_strategy.cpp).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -80,10 +85,11 @@ class GpuZeroModel final : public ZeroTrainModel {
   static constexpr bool kMixed = !std::is_same_v<F, float>;
   static constexpr HalfFormat kHalfFormat = std::is_same_v<F, fp16> ? HalfFormat::kFP16 : HalfFormat::kBF16;
 
-  // ZeRO stage 1 over the data-parallel group `dp` (host memory: the norms and flags travel on it;
-  // it must outlive the model). make_comm builds its device twin for the gradients and parameters.
-  GpuZeroModel(const GPTConfig& config, Communicator& dp, const DeviceCommFactory& make_comm, MemoryTracker* tracker,
-               bool offload);
+  // ZeRO stage 1 or 2 over the data-parallel group `dp` (host memory: the norms and flags travel
+  // on it; it must outlive the model). make_comm builds its device twin for the gradients and
+  // parameters. offload: stage 1 only.
+  GpuZeroModel(const GPTConfig& config, int stage, Communicator& dp, const DeviceCommFactory& make_comm,
+               MemoryTracker* tracker, bool offload);
   GpuZeroModel(const GpuZeroModel&) = delete;
   GpuZeroModel& operator=(const GpuZeroModel&) = delete;
   ~GpuZeroModel() override;
@@ -97,7 +103,7 @@ class GpuZeroModel final : public ZeroTrainModel {
   std::size_t num_params() const override { return shards_.size(); }
   double forward(const int* tokens, const int* targets, int B, int T) override;
   void backward(double loss_scale) override;
-  void zero_grad() override { gpt_.zero_grad(); }
+  void zero_grad() override;
   void set_checkpoint_policy(const CheckpointPolicy& policy) override { gpt_.set_checkpoint_policy(policy); }
   void set_attention(AttentionKind kind) override { gpt_.set_attention(kind); }
   // The whole model's GPT-2 initialisation (every rank draws the same values); the shard's master.
@@ -135,9 +141,12 @@ class GpuZeroModel final : public ZeroTrainModel {
   // A unit's reduction, started by the grad-ready hook during the step's last backward.
   struct Reduction {
     const ZeroUnit* unit = nullptr;
+    DeviceBuffer<F> grads;  // stage 2: the unit's working buffer (the send buffer)
+    DeviceBuffer<F> recv;   // stage 2, a later micro-batch: this rank's piece, added to the shard after
     Request request;
     double start_us = 0;
   };
+  F* grad_place(std::size_t offset);  // stage 2: GpuGPT's gradient storage for the unit at offset
   void on_grads_ready(std::size_t offset);
   void finish_reduction(Reduction& r);
   void finish_reductions(std::size_t keep);          // until at most `keep` are in flight
@@ -147,17 +156,21 @@ class GpuZeroModel final : public ZeroTrainModel {
   StepOutcome device_step(AdamW& optimizer, double lr, double grad_scale, double clip);
   StepOutcome offload_step(AdamW& optimizer, double lr, double grad_scale, double clip);
   F* own_params() { return gpt_.params().data() + shards_.begin(); }
-  F* own_grads() { return gpt_.grads().data() + shards_.begin(); }
-  const F* own_grads() const { return gpt_.grads().data() + shards_.begin(); }
+  // This rank's gradient shard: inside the whole buffer (stage 1) or the shard buffer (stage 2).
+  F* own_grads() { return stage_ == 1 ? gpt_.grads().data() + shards_.begin() : grad_shard_.data(); }
+  const F* own_grads() const { return stage_ == 1 ? gpt_.grads().data() + shards_.begin() : grad_shard_.data(); }
   void sync() const;
 
+  int stage_;
   bool offload_;
   Communicator& dp_;
   MemoryTracker* tracker_;
   MemoryTracker host_tracker_;  // offload's memory space (declared before what it counts)
   ZeroShards shards_;
   GpuGPT<F> gpt_;
-  std::unique_ptr<Communicator> dev_;  // dp over device memory, after gpt_'s stream
+  std::unique_ptr<Communicator> dev_;     // dp over device memory, after gpt_'s stream
+  DeviceBuffer<F> grad_shard_;            // stage 2: this rank's summed gradients
+  std::vector<DeviceBuffer<F>> working_;  // stage 2: each unit's gradients during its backward
   // On the GPU (no offload): the shard's fp32 master weights (mixed only), m and v.
   DeviceBuffer<float> master_, m_, v_;
   DeviceBuffer<double> sum_squares_, partials_;  // the norm's reduction
@@ -173,11 +186,12 @@ class GpuZeroModel final : public ZeroTrainModel {
   int backwards_left_ = 0;                  // backward passes before the communicating one
   bool communicating_ = true;               // this backward reduce-scatters
   bool reduced_ = false;                    // the step's gradients were reduced during backward
+  bool first_contribution_ = true;          // stage 2: the step's first reduced sums are copied, later ones added
   Timeline timeline_;
 };
 
 // The model for a precision ("fp32", "bf16", "fp16"); ConfigError for anything else.
-std::unique_ptr<ZeroTrainModel> make_gpu_zero_model(const GPTConfig& config, const std::string& precision,
+std::unique_ptr<ZeroTrainModel> make_gpu_zero_model(const GPTConfig& config, int stage, const std::string& precision,
                                                     Communicator& dp, const DeviceCommFactory& make_comm,
                                                     MemoryTracker* tracker, bool offload);
 

@@ -3,6 +3,8 @@
 // model/block_walk.cpp, which calls this model's BlockRunner functions at the end of this file.
 #include "kernels/model/gpu_gpt.hpp"
 
+#include <algorithm>
+
 #include <string>
 
 #include "core/carve.hpp"
@@ -48,9 +50,11 @@ GpuGPT<F>::GpuGPT(const GPTConfig& config, MemoryTracker* tracker, const GpuOpti
       tracker_(tracker),
       blas_(stream_.get(), tracker, options.allow_tf32),
       params_(layout_.num_params(), MemCategory::kParams, tracker),
-      grads_(layout_.num_params(), MemCategory::kGrads, tracker),
+      grads_(options.own_grads ? layout_.num_params() : 0, MemCategory::kGrads, tracker),
       w_(device_param_view(layout_, config_.num_layers, params_.data())),
-      g_(device_param_view(layout_, config_.num_layers, grads_.data())),
+      g_(options.own_grads
+             ? device_param_view(layout_, config_.num_layers, grads_.data())
+             : ParamView<F>{nullptr, nullptr, std::vector<BlockView<F>>(config.num_layers), nullptr, nullptr}),
       loss_(1, MemCategory::kWorkspace, tracker),
       ln_scratch_(layernorm_backward_scratch_elements(config.channels), MemCategory::kWorkspace, tracker) {
   scratch_.ln_partials = ln_scratch_.data();
@@ -164,6 +168,11 @@ void GpuGPT<F>::backward(float loss_scale) {
   F* dlogits = acts_.probs;
   crossentropy_backward(dlogits, acts_.probs, targets_.data(), loss_scale / static_cast<float>(N), N, V, Vp, st);
   probs_hold_dlogits_ = true;
+  if (grad_place_) {  // ZeRO-2: the head writes wte's gradient, ln_f's backward its own
+    point_unit_grads(0, grad_place_(0));
+    point_unit_grads(lnf_offset_, grad_place_(lnf_offset_));
+  }
+  SCALELAB_CHECK(g_.wte != nullptr, "backward without a gradient buffer: set_grad_storage() first");
   matmul_backward<F>(dlnf_, g_.wte, nullptr, dlogits, acts_.lnf, w_.wte, N, C, V, Vp, blas_);  // dlogits rows Vp apart
   SCALELAB_CUDA_CHECK(cudaMemsetAsync(dres_, 0, static_cast<std::size_t>(N) * C * sizeof(F), st));
   layernorm_backward(dres_, g_.lnf_w, g_.lnf_b, scratch_.ln_partials, dlnf_, acts_.final_input, w_.lnf_w,
@@ -176,7 +185,27 @@ void GpuGPT<F>::backward(float loss_scale) {
 
 template <typename F>
 void GpuGPT<F>::zero_grad() {
-  SCALELAB_CUDA_CHECK(cudaMemsetAsync(grads_.data(), 0, grads_.bytes(), stream()));
+  if (grads_.size() > 0) SCALELAB_CUDA_CHECK(cudaMemsetAsync(grads_.data(), 0, grads_.bytes(), stream()));
+}
+
+template <typename F>
+void GpuGPT<F>::point_unit_grads(std::size_t unit_offset, F* place) {
+  const auto& t = layout_.tensors();
+  auto at = [&](std::size_t i) { return place + (t[i].offset - unit_offset); };
+  if (unit_offset == 0) {
+    g_.wte = at(0);
+    g_.wpe = at(1);
+  } else if (unit_offset == lnf_offset_) {
+    g_.lnf_w = at(t.size() - 2);
+    g_.lnf_b = at(t.size() - 1);
+  } else {
+    const auto it = std::find(block_offsets_.begin(), block_offsets_.end(), unit_offset);
+    SCALELAB_CHECK(it != block_offsets_.end(), "no unit of the model starts at ", unit_offset);
+    const std::size_t l = static_cast<std::size_t>(it - block_offsets_.begin());
+    for (int j = 0; j < kTensorsPerBlock; ++j)
+      g_.blocks[l].*(kBlockFields<F>[j].field) = at(2 + static_cast<std::size_t>(kTensorsPerBlock) * l +
+                                                    static_cast<std::size_t>(j));
+  }
 }
 
 template <typename F>
@@ -188,6 +217,7 @@ void GpuGPT<F>::forward_block(int l, int slot, ActPlace x) {
 
 template <typename F>
 void GpuGPT<F>::backward_block(int l, int slot, ActPlace x) {
+  if (grad_place_) point_unit_grads(block_offsets_[l], grad_place_(block_offsets_[l]));
   gpu_block_backward(dres_, g_.blocks[l], acts_.blocks[slot], w_.blocks[l], place(x), scratch_, acts_.B, acts_.T,
                      config_.channels, config_.num_heads, attention_, blas_);
   notify_grads_ready(block_offsets_[l]);  // after this block's kernels are enqueued

@@ -44,6 +44,10 @@ struct GpuOptions {
   // TF32 tensor cores for fp32 matrix products: about 8x faster on an H100, but its 10-bit
   // mantissa inputs do not match an fp32 CPU reference to 1e-5. Off unless asked (benchmarks).
   bool allow_tf32 = false;
+  // False: no gradient buffer of the whole model. backward() then writes each unit's gradients
+  // where set_grad_storage() says (ZeRO-2 on the GPU, kernels/dist/gpu_zero_model.hpp), and
+  // grads() is empty.
+  bool own_grads = true;
 };
 
 // Everything forward saves for backward, for one (B, T) and one checkpoint policy: the fields of
@@ -128,6 +132,13 @@ class GpuGPT : private BlockRunner {
   // on an event recorded on stream() (NCCL), and the host must synchronise stream() (the
   // host-staging communicator copies on stream() and then synchronises it).
   void set_grad_ready_hook(std::function<void(std::size_t)> hook) { grad_ready_hook_ = std::move(hook); }
+  // Stage 07 (ZeRO-2): where backward writes (accumulates into) each unit's gradients. place(offset)
+  // is asked once per backward for each unit, by the offset of its first element (the
+  // embeddings: 0; ln_f; each block), just before the unit's first gradient kernel is enqueued,
+  // and returns device memory laid out as the unit's range of the flat buffer, valid until the
+  // unit's grad-ready notification has been handled. The embeddings are asked at the start of
+  // backward with ln_f (the LM head writes wte's gradient first) and notified last.
+  void set_grad_storage(std::function<F*(std::size_t offset)> place) { grad_place_ = std::move(place); }
 
  private:
   void ensure_buffers(int B, int T);
@@ -143,6 +154,8 @@ class GpuGPT : private BlockRunner {
     return x.kind == ActPlace::Kind::kBoundary ? acts_.boundaries[x.index] : acts_.blocks[x.index].residual3;
   }
   void copy_activation(F* dst, const F* src);  // one (B,T,C) tensor, on the stream
+  // The gradient views of the unit starting at unit_offset, pointed into `place` (set_grad_storage).
+  void point_unit_grads(std::size_t unit_offset, F* place);
   void notify_grads_ready(std::size_t offset) {
     if (grad_ready_hook_) grad_ready_hook_(offset);
   }
@@ -171,6 +184,7 @@ class GpuGPT : private BlockRunner {
   std::size_t block_forwards_ = 0;
   std::size_t attention_recomputes_ = 0;
   std::function<void(std::size_t)> grad_ready_hook_;
+  std::function<F*(std::size_t)> grad_place_;
   std::vector<std::size_t> block_offsets_;  // flat offset of each block's first parameter
   std::size_t lnf_offset_ = 0;
 };

@@ -65,9 +65,10 @@ StrategyFactory gpu_ddp(Communicator& world) {
 }
 
 ZeroModelFactory gpu_zero_models() {
-  return
-      [](const GPTConfig& config, int /*stage*/, const std::string& precision, bool offload, Communicator& dp,
-         MemoryTracker* tracker) { return cuda::make_gpu_zero_model(config, precision, dp, staged, tracker, offload); };
+  return [](const GPTConfig& config, int stage, const std::string& precision, bool offload, Communicator& dp,
+            MemoryTracker* tracker) {
+    return cuda::make_gpu_zero_model(config, stage, precision, dp, staged, tracker, offload);
+  };
 }
 
 StrategyFactory gpu_zero(Communicator& world) {
@@ -76,12 +77,12 @@ StrategyFactory gpu_zero(Communicator& world) {
   };
 }
 
-TrainOptions options(Communicator& world, const std::string& precision, bool offload) {
+TrainOptions options(Communicator& world, const std::string& precision, bool offload, int stage = 1) {
   TrainOptions o = tiny_ddp_options(tiny_token_shard(world, "scalelab_gpu_zero_tiny.bin"), kB, kSeed);
   o.device = "cuda";
   o.precision = precision;
   o.grad_accum = kB % (2 * world.size()) == 0 ? 2 : 1;
-  o.parallel.zero = 1;
+  o.parallel.zero = stage;
   o.parallel.offload = offload;
   return o;
 }
@@ -93,9 +94,16 @@ std::vector<float> whole_params(Communicator& world, const TrainModel& zero, std
   return whole;
 }
 
-std::string label(const std::string& precision, bool offload) {
-  return "ZeRO-1 " + precision + (offload ? " with offload" : " on the GPU");
+std::string label(const std::string& precision, bool offload, int stage = 1) {
+  return "ZeRO-" + std::to_string(stage) + " " + precision + (offload ? " with offload" : " on the GPU");
 }
+
+// The GPU's layouts: stage 1 with and without offload, stage 2.
+struct Layout {
+  int stage;
+  bool offload;
+};
+constexpr Layout kLayouts[] = {{1, false}, {1, true}, {2, false}};
 
 // Rank r's gradients for a step: uniform in [-1e-2, 1e-2), the same on every run.
 std::vector<float> rank_gradients(std::size_t n, int rank, int step) {
@@ -135,7 +143,7 @@ void check_steps_against_all_reduce(Communicator& world, bool offload) {
   cuda::GpuTrainModel<F> ref(config, nullptr);
   ref.init_weights(kSeed);
   HostStagingCommunicator ref_comm(world, ref.stream());
-  GpuZeroModel<F> zero(config, world, staged, nullptr, offload);
+  GpuZeroModel<F> zero(config, 1, world, staged, nullptr, offload);
   zero.init_weights(kSeed);
   const std::size_t psi = ref.num_params();
   AdamW ref_adam(psi, hp, nullptr), zero_adam(zero.num_params(), hp, nullptr);
@@ -189,13 +197,14 @@ TEST_CASE("GPU ZeRO-1's step equals the all-reduced step bitwise, on the GPU and
 // 2 lr of its parameter. Tolerances over the whole model (relative norm): fp32 1e-4, bf16 5e-2
 // (one bf16 rounding flip is 2^-8 of a value; the CPU's deterministic bf16 ZeRO-vs-DDP runs
 // measured 1.0e-2 to 1.5e-2 after 5 steps).
-TEST_CASE("GPU ZeRO-1 trains as GPU DDP does, with and without offload", "[gpu_zero_trainer]") {
+TEST_CASE("GPU ZeRO-1 (with and without offload) and ZeRO-2 train as GPU DDP does", "[gpu_zero_trainer]") {
   Communicator& world = test_world();
   for (const std::string precision : {"fp32", "bf16"}) {
-    for (const bool offload : {false, true}) {
-      INFO(where(world) << ", " << label(precision, offload));
+    for (const Layout layout : kLayouts) {
+      const bool offload = layout.offload;
+      INFO(where(world) << ", " << label(precision, offload, layout.stage));
       const double loss_tol = precision == "fp32" ? 1e-5 : 1e-3, param_tol = precision == "fp32" ? 1e-4 : 5e-2;
-      TrainOptions o = options(world, precision, offload);
+      TrainOptions o = options(world, precision, offload, layout.stage);
       MemoryTracker t1, t2;
       TrainOptions plain = o;
       plain.parallel.zero = 0;
@@ -224,26 +233,36 @@ TEST_CASE("GPU ZeRO-1 trains as GPU DDP does, with and without offload", "[gpu_z
   }
 }
 
-TEST_CASE("GPU ZeRO-1 memory and traffic equal the formulas", "[gpu_zero_formula]") {
+TEST_CASE("GPU ZeRO-1 and -2 memory and traffic equal the formulas", "[gpu_zero_formula]") {
   Communicator& world = test_world();
   const int d = world.size(), r = world.rank();
   for (const std::string precision : {"fp32", "bf16"}) {
-    for (const bool offload : {false, true}) {
-      INFO(where(world) << ", " << label(precision, offload));
+    for (const Layout layout : kLayouts) {
+      const bool offload = layout.offload;
+      INFO(where(world) << ", " << label(precision, offload, layout.stage));
       MemoryTracker tracker;
-      Trainer trainer(options(world, precision, offload), &tracker, gpu_models(), gpu_zero(world));
+      Trainer trainer(options(world, precision, offload, layout.stage), &tracker, gpu_models(), gpu_zero(world));
       const StepStats s = trainer.step();
       const auto& z = dynamic_cast<const ZeroTrainModel&>(trainer.model());
       const ZeroShards& shards = z.shards();
       const std::size_t psi = shards.num_params(), shard = shards.size(), e = precision == "fp32" ? 4 : 2;
       // Device: the model's parameters and gradients in its type; the shard's optimizer state.
       CHECK(tracker.current(MemCategory::kParams) == e * psi);
-      CHECK(tracker.current(MemCategory::kGrads) == e * psi);
+      // Stage 1 keeps the whole gradient; stage 2 its shard between steps, and during backward the
+      // working set: the embeddings and ln_f, at most two blocks, and a received piece.
+      const std::size_t grads = layout.stage == 1 ? e * psi : e * shard;
+      CHECK(tracker.current(MemCategory::kGrads) == grads);
+      if (layout.stage == 2) {
+        const std::size_t working = e *
+                                    (shards.embeddings().size() + shards.head().size() + 2 * shards.largest_block());
+        CHECK(tracker.peak(MemCategory::kGrads) > grads);
+        CHECK(tracker.peak(MemCategory::kGrads) <= grads + working);
+      }
       const std::size_t optimizer = offload ? 0 : (precision == "fp32" ? 8 : 12) * shard;
       CHECK(tracker.current(MemCategory::kOptimizer) == optimizer);
       const ZeroStateBytes f = z.state_formula();
       CHECK(f.params == e * psi);
-      CHECK(f.grads == e * psi);
+      CHECK(f.grads == grads);
       CHECK(f.optimizer == optimizer);
       // Host: offload's master and gradient shards in fp32, and the trainer's m and v.
       const ZeroStateBytes h = offload ? zero_offload_host_bytes(shard) : ZeroStateBytes{};
@@ -273,7 +292,7 @@ TEST_CASE("GPU ZeRO-1: an inf in rank 0's gradient shard skips the step on every
   for (const bool offload : {false, true}) {
     INFO(where(world) << (offload ? ", offload" : ", on the GPU"));
     MemoryTracker tracker;
-    GpuZeroModel<cuda::bf16> model(gpt_config_by_name("tiny"), world, staged, &tracker, offload);
+    GpuZeroModel<cuda::bf16> model(gpt_config_by_name("tiny"), 1, world, staged, &tracker, offload);
     model.init_weights(kSeed);
     const std::vector<float> before(model.master_params(), model.master_params() + model.num_params());
     // Gradients as if from backward, but for rank 0's +inf at element 0, which rank 0's shard
@@ -295,10 +314,17 @@ TEST_CASE("GPU ZeRO-1: an inf in rank 0's gradient shard skips the step on every
 TEST_CASE("GPU ZeRO refuses what it does not build with one clear message", "[gpu_zero_errors]") {
   Communicator& world = test_world();
   TrainOptions o = options(world, "fp32", false);
-  o.parallel.zero = 2;
+  o.parallel.zero = 3;
   CHECK_THROWS_WITH(ZeroStrategy(world, o, gpu_zero_models()),
-                    Catch::Contains("zero: --zero 2 with --device cuda: ZeRO-2 and -3 need the GPU model") &&
-                        Catch::Contains("use --zero 1"));
+                    Catch::Contains("zero: --zero 3 with --device cuda: ZeRO-3 needs the GPU model") &&
+                        Catch::Contains("use --zero 1 or --zero 2 on the GPU"));
+  o.parallel.zero = 2;
+  o.parallel.offload = true;
+  CHECK_THROWS_WITH(ZeroStrategy(world, o, gpu_zero_models()),
+                    Catch::Contains("offload: --offload with --zero 2 and --device cuda") &&
+                        Catch::Contains("use --zero 1 --offload on the GPU"));
+  o.parallel.offload = false;
+  CHECK_NOTHROW(ZeroStrategy(world, o, gpu_zero_models()));
   o.parallel.zero = 1;
   o.parallel.allreduce = "ring";
   CHECK_THROWS_WITH(ZeroStrategy(world, o, gpu_zero_models()),
@@ -306,4 +332,8 @@ TEST_CASE("GPU ZeRO refuses what it does not build with one clear message", "[gp
   // Without a GPU model factory (a CPU-only program), cuda is refused as before.
   o.parallel.allreduce = "builtin";
   CHECK_THROWS_WITH(ZeroStrategy(world, o), Catch::Contains("run on the CPU in this build"));
+  // The model itself: ZeRO-3 is not built on the GPU.
+  MemoryTracker tracker;
+  CHECK_THROWS_WITH(GpuZeroModel<float>(gpt_config_by_name("tiny"), 3, world, staged, &tracker, false),
+                    Catch::Contains("ZeRO-3 is not built on the GPU"));
 }
