@@ -227,7 +227,7 @@ TEST_CASE("GPU ZeRO-1 (with and without offload) and ZeRO-2 train as GPU DDP doe
         std::printf(
             "gpu_zero_trainer: %s, %d rank(s): parameters after 4 steps differ from DDP's by %.3g (relative "
             "norm; tolerance %.0e)\n",
-            label(precision, offload).c_str(), world.size(), err, param_tol);
+            label(precision, offload, layout.stage).c_str(), world.size(), err, param_tol);
       CHECK(err <= param_tol);
     }
   }
