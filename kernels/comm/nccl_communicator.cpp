@@ -269,6 +269,31 @@ std::unique_ptr<RequestState> NcclCommunicator::do_ireduce_scatter_v(const void*
                                             "ireduce_scatter_v of " + std::to_string(pieces.count()) + " elements");
 }
 
+std::unique_ptr<RequestState> NcclCommunicator::do_iall_gather_v(const void* send, void* recv, const Pieces& pieces,
+                                                                 DataType type) {
+  const std::size_t e = dtype_size(type);
+  const int me = rank();
+  check_device(send, pieces.size(me) * e, "all_gather_v");
+  check_device(recv, pieces.count() * e, "all_gather_v");
+  ctx_->flush();
+  verify(CommOp::kAllGather, pieces.count(), type, -1, "all_gather_v");
+  ctx_->begin();
+  if (pieces.count() > 0) {
+    // Piece b is a broadcast from its owner b into its place in recv, all in one group.
+    ncclComm_t c = ctx_->comm();
+    SCALELAB_NCCL_CHECK(ncclGroupStart(), world_rank(), c);
+    for (int b = 0; b < size(); ++b) {
+      if (pieces.size(b) == 0) continue;
+      void* place = const_cast<char*>(at(recv, pieces.offset(b), e));
+      const void* from = b == me ? send : place;
+      SCALELAB_NCCL_CHECK(ncclBroadcast(from, place, pieces.size(b), nccl_datatype(type), b, c, ctx_->stream()),
+                          world_rank(), c);
+    }
+    SCALELAB_NCCL_CHECK(ncclGroupEnd(), world_rank(), c);
+  }
+  return std::make_unique<NcclEventRequest>(ctx_, "iall_gather_v of " + std::to_string(pieces.count()) + " elements");
+}
+
 void NcclCommunicator::do_all_gather(const void* send, void* recv, std::size_t count, DataType type) {
   const std::int64_t started = now_ns();
   const BlockPartition p = partition(count);

@@ -69,6 +69,9 @@ class NcclCommunicator final : public Communicator {
   // A unit's pieces (ZeRO on the GPU): one ncclReduce per rank's piece, rooted at its owner.
   std::unique_ptr<RequestState> do_ireduce_scatter_v(const void* send, void* recv, const Pieces& pieces, DataType type,
                                                      ReduceOp op) override;
+  // A unit's pieces gathered (ZeRO-3 on the GPU): one ncclBroadcast per piece, from its owner.
+  std::unique_ptr<RequestState> do_iall_gather_v(const void* send, void* recv, const Pieces& pieces,
+                                                 DataType type) override;
   void do_all_gather(const void* send, void* recv, std::size_t count, DataType type) override;
   void do_broadcast(void* buf, std::size_t count, DataType type, int root) override;
   void do_barrier() override;

@@ -68,9 +68,10 @@ GpuZeroModel<F>::GpuZeroModel(const GPTConfig& config, int stage, Communicator& 
       dp_(dp),
       tracker_(tracker),
       shards_((config.validate(), config), dp.rank(), dp.size()),
-      gpt_(config, tracker, GpuOptions{false, stage == 1}),
+      gpt_(config, tracker, GpuOptions{false, stage == 1, stage <= 2}),
       dev_(make_comm(dp, gpt_.stream())),
-      grad_shard_(stage == 2 ? shards_.size() : 0, MemCategory::kGrads, tracker),
+      param_shard_(stage == 3 ? shards_.size() : 0, MemCategory::kParams, tracker),
+      grad_shard_(stage >= 2 ? shards_.size() : 0, MemCategory::kGrads, tracker),
       working_(shards_.units().size()),
       master_(kMixed && !offload ? shards_.size() : 0, MemCategory::kOptimizer, tracker),
       m_(offload ? 0 : shards_.size(), MemCategory::kOptimizer, tracker),
@@ -87,12 +88,13 @@ GpuZeroModel<F>::GpuZeroModel(const GPTConfig& config, int stage, Communicator& 
   SCALELAB_CHECK(dev_ && dev_->memory_space() == MemorySpace::kDevice && dev_->size() == dp.size() &&
                      dev_->rank() == dp.rank(),
                  "ZeRO on the GPU needs a device-memory communicator over the same ranks as the data-parallel group");
-  require(stage == 1 || stage == 2, "zero",
-          "ZeRO-" + std::to_string(stage) + " is not built on the GPU (the parameters would be gathered per block)",
-          "use --zero 1 or 2 with --device cuda, or --device cpu for ZeRO-3");
+  require(stage >= 1 && stage <= 3, "zero", "ZeRO stage " + std::to_string(stage) + " does not exist",
+          "use --zero 1 (optimizer state), 2 (+ gradients) or 3 (+ parameters)");
   SCALELAB_CHECK(!offload || stage == 1, "offload with ZeRO-", stage, " on the GPU (the strategy refuses it)");
   gpt_.set_grad_ready_hook([this](std::size_t offset) { on_grads_ready(offset); });
-  if (stage == 2) gpt_.set_grad_storage([this](std::size_t offset) { return grad_place(offset); });
+  if (stage >= 2) gpt_.set_grad_storage([this](std::size_t offset) { return grad_place(offset); });
+  if (stage == 3)
+    gpt_.set_param_source([this](std::size_t offset, bool backward) { return param_place(offset, backward); });
 }
 
 template <typename F>
@@ -100,6 +102,7 @@ GpuZeroModel<F>::~GpuZeroModel() {
   // Reductions still in flight (an exception mid-backward) complete before their buffers go.
   try {
     finish_reductions(0);
+    release_gathered();
     copy_stream_.synchronize();
   } catch (...) {  // NOLINT(bugprone-empty-catch): nothing to do about it in a destructor
   }
@@ -116,7 +119,11 @@ void GpuZeroModel<F>::init_weights(std::uint64_t seed) {
   std::vector<float> w(shards_.num_params());
   init_gpt2_weights(layout(), config().num_layers, w.data(), seed);
   DeviceBuffer<float> wide = to_device(w, MemCategory::kWorkspace, tracker_);
-  cast(gpt_.params().data(), wide.data(), w.size(), gpt_.stream());  // a copy for fp32, rounding for half
+  // A copy for fp32, rounding for half: every parameter (stages 1, 2) or this rank's shard (3).
+  if (stage_ <= 2)
+    cast(gpt_.params().data(), wide.data(), w.size(), gpt_.stream());
+  else
+    cast(param_shard_.data(), wide.data() + shards_.begin(), shards_.size(), gpt_.stream());
   if (master_.size() > 0)
     SCALELAB_CUDA_CHECK(cudaMemcpyAsync(master_.data(), wide.data() + shards_.begin(), master_.bytes(),
                                         cudaMemcpyDeviceToDevice, gpt_.stream()));
@@ -134,8 +141,7 @@ const float* GpuZeroModel<F>::master_params() const {
   } else if constexpr (kMixed) {
     master_.copy_to_host(host_params_.data(), n);
   } else {
-    SCALELAB_CUDA_CHECK(cudaMemcpy(host_params_.data(), gpt_.params().data() + shards_.begin(), n * sizeof(float),
-                                   cudaMemcpyDeviceToHost));
+    SCALELAB_CUDA_CHECK(cudaMemcpy(host_params_.data(), own_params(), n * sizeof(float), cudaMemcpyDeviceToHost));
   }
   return host_params_.data();
 }
@@ -149,7 +155,7 @@ void GpuZeroModel<F>::set_master_params(const float* values) {
   wide.copy_from_host(values, n);
   cast(own_params(), wide.data(), n, gpt_.stream());
   sync();
-  all_gather_params();
+  if (stage_ <= 2) all_gather_params();  // stage 3 gathers a unit when the model reads it
 }
 
 template <typename F>
@@ -165,6 +171,7 @@ double GpuZeroModel<F>::forward(const int* tokens, const int* targets, int B, in
   const double t0 = timeline_.now_us();
   const double loss = gpt_.forward(tokens, targets, B, T);  // synchronises: the loss is on the host
   timeline_.add("forward", "compute", 0, t0, timeline_.now_us());
+  release_gathered();  // stage 3: the pass's gathered parameters
   return loss;
 }
 
@@ -226,6 +233,69 @@ void GpuZeroModel<F>::on_grads_ready(std::size_t offset) {
     finish_reduction(reductions_.front());
     reductions_.pop_front();
   }
+}
+
+// ---- stage 3: parameters gathered when the model reads them -------------------------------
+
+template <typename F>
+void GpuZeroModel<F>::start_gather(Gathered& g, const ZeroUnit& unit) {
+  g.unit = &unit;
+  g.weights = DeviceBuffer<F>(unit.size(), MemCategory::kParams, tracker_);
+  g.start_us = timeline_.now_us();
+  const F* mine = param_shard_.data() + (shards_.piece_begin(unit) - shards_.begin());
+  g.request = dev_->iall_gather_v(mine, g.weights.data(), unit.pieces, DType<F>::comm_type);
+  g.pending = true;
+}
+
+template <typename F>
+void GpuZeroModel<F>::finish_gather(Gathered& g) {
+  if (!g.pending) return;
+  dev_->wait(g.request);
+  g.pending = false;
+  timeline_.add("all-gather " + g.unit->name, "comm", 1, g.start_us, timeline_.now_us());
+}
+
+template <typename F>
+F* GpuZeroModel<F>::param_place(std::size_t offset, bool backward) {
+  const ZeroUnit* unit = shards_.unit_starting_at(offset);
+  SCALELAB_CHECK(unit != nullptr, "GpuGPT asked for the parameters of no unit (offset ", offset, ")");
+  if (unit->block < 0) {  // the embeddings or ln_f: gathered once per pass, kept until its end
+    Gathered& root = unit == &shards_.embeddings() ? root_emb_ : root_lnf_;
+    if (root.weights.size() == 0) start_gather(root, *unit);
+    finish_gather(root);
+    return root.weights.data();
+  }
+  // A block: this one gathered (or waited for), the next one in the pass's direction started,
+  // every other block freed (the kernels that read it are ahead in the stream, and a buffer is
+  // freed in stream order).
+  const int l = unit->block, next = backward ? l - 1 : l + 1;
+  auto find = [this](int block) {
+    return std::find_if(blocks_.begin(), blocks_.end(), [block](const Gathered& g) { return g.unit->block == block; });
+  };
+  for (auto it = blocks_.begin(); it != blocks_.end();) {
+    if (it->unit->block == l || it->unit->block == next) {
+      ++it;
+    } else {
+      finish_gather(*it);
+      it = blocks_.erase(it);
+    }
+  }
+  if (find(l) == blocks_.end()) start_gather(blocks_.emplace_back(), shards_.block(l));
+  Gathered& here = *find(l);
+  if (next >= 0 && next < config().num_layers && find(next) == blocks_.end())
+    start_gather(blocks_.emplace_back(), shards_.block(next));
+  finish_gather(here);
+  return here.weights.data();
+}
+
+template <typename F>
+void GpuZeroModel<F>::release_gathered() {
+  for (Gathered* g : {&root_emb_, &root_lnf_}) {
+    finish_gather(*g);
+    *g = Gathered{};
+  }
+  for (Gathered& g : blocks_) finish_gather(g);
+  blocks_.clear();
 }
 
 template <typename F>
@@ -296,7 +366,9 @@ TrainModel::StepOutcome GpuZeroModel<F>::optimizer_step(AdamW& optimizer, double
   reduced_ = false;
   const StepOutcome out = offload_ ? offload_step(optimizer, lr, grad_scale, clip)
                                    : device_step(optimizer, lr, grad_scale, clip);
-  if (!out.skipped) all_gather_params();  // a skipped step changed nothing anywhere
+  // Stages 1, 2: every rank needs every parameter now; stage 3 gathers them when it reads them.
+  // A skipped step changed nothing anywhere.
+  if (!out.skipped && stage_ <= 2) all_gather_params();
   return out;
 }
 
@@ -416,8 +488,9 @@ void GpuZeroModel<F>::upload_optimizer_state(const AdamW& optimizer) {
 
 template <typename F>
 ZeroStateBytes GpuZeroModel<F>::state_formula() const {
-  // Stage 1 per element: the model's parameters and gradients in F; the shard's optimizer state
-  // (m, v, and the fp32 master in mixed precision) on the GPU, or none there under offload.
+  // Stage 1 per element: the model's parameters and gradients in F, the shard's optimizer state
+  // (m, v, and the fp32 master in mixed precision) on the GPU, or none there under offload;
+  // stage 2 counts the gradients for the shard, stage 3 the parameters too.
   const std::size_t optimizer = offload_ ? 0 : (kMixed ? 12 : 8);
   return zero_state_bytes(stage_, shards_.num_params(), shards_.size(),
                           ZeroStateBytes{sizeof(F), sizeof(F), optimizer});

@@ -146,7 +146,19 @@ class GpuZeroModel final : public ZeroTrainModel {
     Request request;
     double start_us = 0;
   };
-  F* grad_place(std::size_t offset);  // stage 2: GpuGPT's gradient storage for the unit at offset
+  F* grad_place(std::size_t offset);  // stages 2, 3: GpuGPT's gradient storage for the unit at offset
+  // Stage 3: a unit's parameters gathered from their owners.
+  struct Gathered {
+    const ZeroUnit* unit = nullptr;
+    DeviceBuffer<F> weights;
+    Request request;
+    bool pending = false;
+    double start_us = 0;
+  };
+  F* param_place(std::size_t offset, bool backward);  // GpuGPT's parameter source
+  void start_gather(Gathered& g, const ZeroUnit& unit);
+  void finish_gather(Gathered& g);
+  void release_gathered();  // after a pass: every gathered unit freed
   void on_grads_ready(std::size_t offset);
   void finish_reduction(Reduction& r);
   void finish_reductions(std::size_t keep);          // until at most `keep` are in flight
@@ -155,7 +167,9 @@ class GpuZeroModel final : public ZeroTrainModel {
   void all_gather_params();
   StepOutcome device_step(AdamW& optimizer, double lr, double grad_scale, double clip);
   StepOutcome offload_step(AdamW& optimizer, double lr, double grad_scale, double clip);
-  F* own_params() { return gpt_.params().data() + shards_.begin(); }
+  // This rank's parameter shard: inside the whole buffer (stages 1, 2) or the shard buffer (3).
+  F* own_params() { return stage_ <= 2 ? gpt_.params().data() + shards_.begin() : param_shard_.data(); }
+  const F* own_params() const { return stage_ <= 2 ? gpt_.params().data() + shards_.begin() : param_shard_.data(); }
   // This rank's gradient shard: inside the whole buffer (stage 1) or the shard buffer (stage 2).
   F* own_grads() { return stage_ == 1 ? gpt_.grads().data() + shards_.begin() : grad_shard_.data(); }
   const F* own_grads() const { return stage_ == 1 ? gpt_.grads().data() + shards_.begin() : grad_shard_.data(); }
@@ -169,7 +183,8 @@ class GpuZeroModel final : public ZeroTrainModel {
   ZeroShards shards_;
   GpuGPT<F> gpt_;
   std::unique_ptr<Communicator> dev_;     // dp over device memory, after gpt_'s stream
-  DeviceBuffer<F> grad_shard_;            // stage 2: this rank's summed gradients
+  DeviceBuffer<F> param_shard_;           // stage 3: this rank's parameters
+  DeviceBuffer<F> grad_shard_;            // stages 2, 3: this rank's summed gradients
   std::vector<DeviceBuffer<F>> working_;  // stage 2: each unit's gradients during its backward
   // On the GPU (no offload): the shard's fp32 master weights (mixed only), m and v.
   DeviceBuffer<float> master_, m_, v_;
@@ -183,6 +198,8 @@ class GpuZeroModel final : public ZeroTrainModel {
   Stream copy_stream_;                      // offload: the PCIe copies, beside the model's stream
   mutable std::vector<float> host_params_;  // master_params()'s copy
   std::deque<Reduction> reductions_;        // in flight
+  Gathered root_emb_, root_lnf_;            // stage 3: the embeddings and ln_f, for a pass
+  std::deque<Gathered> blocks_;             // stage 3: at most two blocks, this one and the next
   int backwards_left_ = 0;                  // backward passes before the communicating one
   bool communicating_ = true;               // this backward reduce-scatters
   bool reduced_ = false;                    // the step's gradients were reduced during backward

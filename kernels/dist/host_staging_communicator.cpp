@@ -233,6 +233,21 @@ std::unique_ptr<RequestState> HostStagingCommunicator::do_ireduce_scatter_v(cons
   return request;
 }
 
+std::unique_ptr<RequestState> HostStagingCommunicator::do_iall_gather_v(const void* send, void* recv,
+                                                                        const Pieces& pieces, DataType type) {
+  const std::size_t e = dtype_size(type), whole = pieces.count() * e, mine = pieces.size(rank()) * e;
+  const std::size_t offset = pieces.offset(rank()) * e;
+  check_device(send, mine, "all_gather_v");
+  check_device(recv, whole, "all_gather_v");
+  // Staged in place: this rank's piece where it belongs in the gathered unit.
+  auto lease = std::make_unique<PinnedLease>(pool_, whole, staging_);
+  to_host(lease->data() + offset, send, mine);
+  unsigned char* staged = lease->data();
+  auto request = std::make_unique<StagedRequest>(*this, std::move(lease), recv, whole);
+  request->start(host_.iall_gather_v(staged + offset, staged, pieces, type));
+  return request;
+}
+
 void HostStagingCommunicator::do_all_gather(const void* send, void* recv, std::size_t count, DataType type) {
   const BlockPartition part = partition(count);
   const std::size_t e = dtype_size(type), block = part.size(rank()) * e, offset = part.offset(rank()) * e;

@@ -67,6 +67,9 @@ class HostStagingCommunicator final : public Communicator {
   // ZeRO on the GPU (stage 07): one unit's pieces, reduced as backward finishes the unit.
   std::unique_ptr<RequestState> do_ireduce_scatter_v(const void* send, void* recv, const Pieces& pieces, DataType type,
                                                      ReduceOp op) override;
+  // ZeRO-3 on the GPU: one unit's parameters gathered from their owners.
+  std::unique_ptr<RequestState> do_iall_gather_v(const void* send, void* recv, const Pieces& pieces,
+                                                 DataType type) override;
   void do_all_gather(const void* send, void* recv, std::size_t count, DataType type) override;
   void do_broadcast(void* buf, std::size_t count, DataType type, int root) override;
   void do_barrier() override;

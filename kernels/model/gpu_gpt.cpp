@@ -49,9 +49,11 @@ GpuGPT<F>::GpuGPT(const GPTConfig& config, MemoryTracker* tracker, const GpuOpti
       layout_((config.validate(), config)),
       tracker_(tracker),
       blas_(stream_.get(), tracker, options.allow_tf32),
-      params_(layout_.num_params(), MemCategory::kParams, tracker),
+      params_(options.own_params ? layout_.num_params() : 0, MemCategory::kParams, tracker),
       grads_(options.own_grads ? layout_.num_params() : 0, MemCategory::kGrads, tracker),
-      w_(device_param_view(layout_, config_.num_layers, params_.data())),
+      w_(options.own_params
+             ? device_param_view(layout_, config_.num_layers, params_.data())
+             : ParamView<F>{nullptr, nullptr, std::vector<BlockView<F>>(config.num_layers), nullptr, nullptr}),
       g_(options.own_grads
              ? device_param_view(layout_, config_.num_layers, grads_.data())
              : ParamView<F>{nullptr, nullptr, std::vector<BlockView<F>>(config.num_layers), nullptr, nullptr}),
@@ -143,6 +145,8 @@ double GpuGPT<F>::forward(const int* tokens, const int* targets, int B, int T) {
 
   cudaStream_t st = stream();
   const int N = static_cast<int>(BT);
+  source_root(false);
+  SCALELAB_CHECK(w_.wte != nullptr, "forward without parameters: set_param_source() first");
   encoder_forward(acts_.encoded, tokens_.data(), w_.wte, w_.wpe, B, T, C, st);
   walk_blocks_forward(*this, policy_);
   layernorm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, acts_.final_input, w_.lnf_w, w_.lnf_b, N, C, st);
@@ -168,9 +172,10 @@ void GpuGPT<F>::backward(float loss_scale) {
   F* dlogits = acts_.probs;
   crossentropy_backward(dlogits, acts_.probs, targets_.data(), loss_scale / static_cast<float>(N), N, V, Vp, st);
   probs_hold_dlogits_ = true;
+  source_root(true);  // ZeRO-3: the head reads wte, ln_f's backward its weight
   if (grad_place_) {  // ZeRO-2: the head writes wte's gradient, ln_f's backward its own
-    point_unit_grads(0, grad_place_(0));
-    point_unit_grads(lnf_offset_, grad_place_(lnf_offset_));
+    point_unit(g_, 0, grad_place_(0));
+    point_unit(g_, lnf_offset_, grad_place_(lnf_offset_));
   }
   SCALELAB_CHECK(g_.wte != nullptr, "backward without a gradient buffer: set_grad_storage() first");
   matmul_backward<F>(dlnf_, g_.wte, nullptr, dlogits, acts_.lnf, w_.wte, N, C, V, Vp, blas_);  // dlogits rows Vp apart
@@ -189,27 +194,40 @@ void GpuGPT<F>::zero_grad() {
 }
 
 template <typename F>
-void GpuGPT<F>::point_unit_grads(std::size_t unit_offset, F* place) {
+void GpuGPT<F>::point_unit(ParamView<F>& view, std::size_t unit_offset, F* place) {
   const auto& t = layout_.tensors();
   auto at = [&](std::size_t i) { return place + (t[i].offset - unit_offset); };
   if (unit_offset == 0) {
-    g_.wte = at(0);
-    g_.wpe = at(1);
+    view.wte = at(0);
+    view.wpe = at(1);
   } else if (unit_offset == lnf_offset_) {
-    g_.lnf_w = at(t.size() - 2);
-    g_.lnf_b = at(t.size() - 1);
+    view.lnf_w = at(t.size() - 2);
+    view.lnf_b = at(t.size() - 1);
   } else {
     const auto it = std::find(block_offsets_.begin(), block_offsets_.end(), unit_offset);
     SCALELAB_CHECK(it != block_offsets_.end(), "no unit of the model starts at ", unit_offset);
     const std::size_t l = static_cast<std::size_t>(it - block_offsets_.begin());
     for (int j = 0; j < kTensorsPerBlock; ++j)
-      g_.blocks[l].*(kBlockFields<F>[j].field) = at(2 + static_cast<std::size_t>(kTensorsPerBlock) * l +
-                                                    static_cast<std::size_t>(j));
+      view.blocks[l].*(kBlockFields<F>[j].field) = at(2 + static_cast<std::size_t>(kTensorsPerBlock) * l +
+                                                      static_cast<std::size_t>(j));
   }
 }
 
 template <typename F>
+void GpuGPT<F>::source_root(bool backward) {
+  if (!param_source_) return;
+  point_unit(w_, 0, param_source_(0, backward));
+  point_unit(w_, lnf_offset_, param_source_(lnf_offset_, backward));
+}
+
+template <typename F>
+void GpuGPT<F>::source_block(int l, bool backward) {
+  if (param_source_) point_unit(w_, block_offsets_[l], param_source_(block_offsets_[l], backward));
+}
+
+template <typename F>
 void GpuGPT<F>::forward_block(int l, int slot, ActPlace x) {
+  source_block(l, false);
   gpu_block_forward(acts_.blocks[slot], w_.blocks[l], place(x), scratch_, acts_.B, acts_.T, config_.channels,
                     config_.num_heads, attention_, blas_);
   ++block_forwards_;
@@ -217,7 +235,8 @@ void GpuGPT<F>::forward_block(int l, int slot, ActPlace x) {
 
 template <typename F>
 void GpuGPT<F>::backward_block(int l, int slot, ActPlace x) {
-  if (grad_place_) point_unit_grads(block_offsets_[l], grad_place_(block_offsets_[l]));
+  source_block(l, true);
+  if (grad_place_) point_unit(g_, block_offsets_[l], grad_place_(block_offsets_[l]));
   gpu_block_backward(dres_, g_.blocks[l], acts_.blocks[slot], w_.blocks[l], place(x), scratch_, acts_.B, acts_.T,
                      config_.channels, config_.num_heads, attention_, blas_);
   notify_grads_ready(block_offsets_[l]);  // after this block's kernels are enqueued

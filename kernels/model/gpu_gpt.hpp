@@ -48,6 +48,9 @@ struct GpuOptions {
   // where set_grad_storage() says (ZeRO-2 on the GPU, kernels/dist/gpu_zero_model.hpp), and
   // grads() is empty.
   bool own_grads = true;
+  // False: no parameter buffer either. forward() and backward() then read each unit's parameters
+  // where set_param_source() says (ZeRO-3), and params() is empty.
+  bool own_params = true;
 };
 
 // Everything forward saves for backward, for one (B, T) and one checkpoint policy: the fields of
@@ -139,6 +142,15 @@ class GpuGPT : private BlockRunner {
   // unit's grad-ready notification has been handled. The embeddings are asked at the start of
   // backward with ln_f (the LM head writes wte's gradient first) and notified last.
   void set_grad_storage(std::function<F*(std::size_t offset)> place) { grad_place_ = std::move(place); }
+  // Stage 07 (ZeRO-3): where forward and backward read each unit's parameters. source(offset,
+  // backward) is asked just before the unit's parameters are first read: the embeddings and ln_f
+  // at the start of forward and of backward (the LM head reads wte in both), each block before it
+  // runs forward (also a checkpointing recompute, backward false) and before its backward (true).
+  // The memory, laid out as the unit's range of the flat buffer, must hold the parameters until
+  // the unit's kernels have run (stream order: a buffer freed with cudaFreeAsync after them).
+  void set_param_source(std::function<F*(std::size_t offset, bool backward)> source) {
+    param_source_ = std::move(source);
+  }
 
  private:
   void ensure_buffers(int B, int T);
@@ -154,8 +166,12 @@ class GpuGPT : private BlockRunner {
     return x.kind == ActPlace::Kind::kBoundary ? acts_.boundaries[x.index] : acts_.blocks[x.index].residual3;
   }
   void copy_activation(F* dst, const F* src);  // one (B,T,C) tensor, on the stream
-  // The gradient views of the unit starting at unit_offset, pointed into `place` (set_grad_storage).
-  void point_unit_grads(std::size_t unit_offset, F* place);
+  // The views (w_ or g_) of the unit starting at unit_offset, pointed into `place`, which is laid
+  // out as the unit's range of the flat buffer (set_grad_storage, set_param_source).
+  void point_unit(ParamView<F>& view, std::size_t unit_offset, F* place);
+  // ZeRO-3: the embeddings' and ln_f's parameters for a pass, and a block's before it runs.
+  void source_root(bool backward);
+  void source_block(int l, bool backward);
   void notify_grads_ready(std::size_t offset) {
     if (grad_ready_hook_) grad_ready_hook_(offset);
   }
@@ -185,6 +201,7 @@ class GpuGPT : private BlockRunner {
   std::size_t attention_recomputes_ = 0;
   std::function<void(std::size_t)> grad_ready_hook_;
   std::function<F*(std::size_t)> grad_place_;
+  std::function<F*(std::size_t, bool)> param_source_;
   std::vector<std::size_t> block_offsets_;  // flat offset of each block's first parameter
   std::size_t lnf_offset_ = 0;
 };

@@ -44,16 +44,12 @@ ZeroStrategy::ZeroStrategy(Communicator& comm, const TrainOptions& o, ZeroModelF
       device_model_(o.device == "cpu" ? ZeroModelFactory{} : std::move(device_model)) {
   const std::string flag = "--zero " + std::to_string(stage_);
   if (device_model_) {
-    // On a GPU (kernels/dist/gpu_zero_model.hpp): stages 1 and 2 in any precision, offload with 1.
-    require(stage_ <= 2, "zero",
-            flag + " with --device " + o.device +
-                ": ZeRO-3 needs the GPU model to read each block's parameters from a buffer that ZeRO gathers "
-                "just before the block runs, which this build's GPU model does not offer",
-            "use --zero 1 or --zero 2 on the GPU, or --device cpu for ZeRO-3");
+    // On a GPU (kernels/dist/gpu_zero_model.hpp): stages 1-3 in any precision, offload with 1.
     require(!offload_ || stage_ == 1, "offload",
             "--offload with " + flag + " and --device " + o.device +
-                ": the GPU offloads ZeRO-1's optimizer shard; ZeRO-2's gradient shard stays on the GPU in this build",
-            "use --zero 1 --offload on the GPU, or --zero 2 without --offload");
+                ": the GPU offloads ZeRO-1's optimizer shard; ZeRO-2's gradient shard and ZeRO-3's parameters stay "
+                "on the GPU in this build",
+            "use --zero 1 --offload on the GPU, or --zero " + std::to_string(stage_) + " without --offload");
     require(algorithm_ != DdpOptions::Algorithm::kRing, "allreduce",
             flag + " with --device " + o.device + ": the ring (comm/ring.hpp) adds the pieces on the host",
             "use --allreduce builtin on the GPU");

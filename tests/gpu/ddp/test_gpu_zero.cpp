@@ -98,12 +98,12 @@ std::string label(const std::string& precision, bool offload, int stage = 1) {
   return "ZeRO-" + std::to_string(stage) + " " + precision + (offload ? " with offload" : " on the GPU");
 }
 
-// The GPU's layouts: stage 1 with and without offload, stage 2.
+// The GPU's layouts: stage 1 with and without offload, stages 2 and 3.
 struct Layout {
   int stage;
   bool offload;
 };
-constexpr Layout kLayouts[] = {{1, false}, {1, true}, {2, false}};
+constexpr Layout kLayouts[] = {{1, false}, {1, true}, {2, false}, {3, false}};
 
 // Rank r's gradients for a step: uniform in [-1e-2, 1e-2), the same on every run.
 std::vector<float> rank_gradients(std::size_t n, int rank, int step) {
@@ -197,7 +197,7 @@ TEST_CASE("GPU ZeRO-1's step equals the all-reduced step bitwise, on the GPU and
 // 2 lr of its parameter. Tolerances over the whole model (relative norm): fp32 1e-4, bf16 5e-2
 // (one bf16 rounding flip is 2^-8 of a value; the CPU's deterministic bf16 ZeRO-vs-DDP runs
 // measured 1.0e-2 to 1.5e-2 after 5 steps).
-TEST_CASE("GPU ZeRO-1 (with and without offload) and ZeRO-2 train as GPU DDP does", "[gpu_zero_trainer]") {
+TEST_CASE("GPU ZeRO-1 (with and without offload), -2 and -3 train as GPU DDP does", "[gpu_zero_trainer]") {
   Communicator& world = test_world();
   for (const std::string precision : {"fp32", "bf16"}) {
     for (const Layout layout : kLayouts) {
@@ -233,7 +233,7 @@ TEST_CASE("GPU ZeRO-1 (with and without offload) and ZeRO-2 train as GPU DDP doe
   }
 }
 
-TEST_CASE("GPU ZeRO-1 and -2 memory and traffic equal the formulas", "[gpu_zero_formula]") {
+TEST_CASE("GPU ZeRO-1, -2 and -3 memory and traffic equal the formulas", "[gpu_zero_formula]") {
   Communicator& world = test_world();
   const int d = world.size(), r = world.rank();
   for (const std::string precision : {"fp32", "bf16"}) {
@@ -246,13 +246,21 @@ TEST_CASE("GPU ZeRO-1 and -2 memory and traffic equal the formulas", "[gpu_zero_
       const auto& z = dynamic_cast<const ZeroTrainModel&>(trainer.model());
       const ZeroShards& shards = z.shards();
       const std::size_t psi = shards.num_params(), shard = shards.size(), e = precision == "fp32" ? 4 : 2;
-      // Device: the model's parameters and gradients in its type; the shard's optimizer state.
-      CHECK(tracker.current(MemCategory::kParams) == e * psi);
+      // Device: the model's parameters (stage 3: the shard) and gradients in its type; the
+      // shard's optimizer state. Stage 3's parameter peak adds the gathered units: the
+      // embeddings and ln_f for a pass, at most two blocks.
+      const std::size_t params = layout.stage == 3 ? e * shard : e * psi;
+      const std::size_t gathered = e * (shards.embeddings().size() + shards.head().size() + 2 * shards.largest_block());
+      CHECK(tracker.current(MemCategory::kParams) == params);
+      if (layout.stage == 3) {
+        CHECK(tracker.peak(MemCategory::kParams) > params);
+        CHECK(tracker.peak(MemCategory::kParams) <= params + gathered);
+      }
       // Stage 1 keeps the whole gradient; stage 2 its shard between steps, and during backward the
       // working set: the embeddings and ln_f, at most two blocks, and a received piece.
       const std::size_t grads = layout.stage == 1 ? e * psi : e * shard;
       CHECK(tracker.current(MemCategory::kGrads) == grads);
-      if (layout.stage == 2) {
+      if (layout.stage >= 2) {
         const std::size_t working = e *
                                     (shards.embeddings().size() + shards.head().size() + 2 * shards.largest_block());
         CHECK(tracker.peak(MemCategory::kGrads) > grads);
@@ -261,7 +269,7 @@ TEST_CASE("GPU ZeRO-1 and -2 memory and traffic equal the formulas", "[gpu_zero_
       const std::size_t optimizer = offload ? 0 : (precision == "fp32" ? 8 : 12) * shard;
       CHECK(tracker.current(MemCategory::kOptimizer) == optimizer);
       const ZeroStateBytes f = z.state_formula();
-      CHECK(f.params == e * psi);
+      CHECK(f.params == params);
       CHECK(f.grads == grads);
       CHECK(f.optimizer == optimizer);
       // Host: offload's master and gradient shards in fp32, and the trainer's m and v.
@@ -270,11 +278,12 @@ TEST_CASE("GPU ZeRO-1 and -2 memory and traffic equal the formulas", "[gpu_zero_
       CHECK(z.host_memory().current(MemCategory::kGrads) == h.grads);
       CHECK(z.host_memory().current(MemCategory::kOptimizer) == h.optimizer);
       // The ring volume in the model's type: a reduce-scatter of psi elements per communicating
-      // micro-batch (stage 1: the last; stage 2: every one) and one all-gather.
+      // micro-batch (stage 1: the last; stages 2, 3: every one); one all-gather after the step
+      // (stages 1, 2), or two per micro-batch, its forward's and its backward's (stage 3).
       const std::size_t m = static_cast<std::size_t>(trainer.options().grad_accum);
-      const std::size_t reductions = layout.stage == 1 ? 1 : m;
+      const std::size_t reductions = layout.stage == 1 ? 1 : m, gathers = layout.stage == 3 ? 2 * m : 1;
       const std::size_t elements = reductions * ring_reduce_scatter_traffic(psi, r, d).sent +
-                                   ring_all_gather_traffic(psi, r, d).sent;
+                                   gathers * ring_all_gather_traffic(psi, r, d).sent;
       CHECK(s.comm_bytes_sent == elements * e);
       // The reduce-scatters ran unit by unit from the grad-ready hook, during backward.
       std::size_t unit_reductions = 0, whole = 0;
@@ -317,17 +326,16 @@ TEST_CASE("GPU ZeRO-1: an inf in rank 0's gradient shard skips the step on every
 TEST_CASE("GPU ZeRO refuses what it does not build with one clear message", "[gpu_zero_errors]") {
   Communicator& world = test_world();
   TrainOptions o = options(world, "fp32", false);
-  o.parallel.zero = 3;
-  CHECK_THROWS_WITH(ZeroStrategy(world, o, gpu_zero_models()),
-                    Catch::Contains("zero: --zero 3 with --device cuda: ZeRO-3 needs the GPU model") &&
-                        Catch::Contains("use --zero 1 or --zero 2 on the GPU"));
-  o.parallel.zero = 2;
-  o.parallel.offload = true;
-  CHECK_THROWS_WITH(ZeroStrategy(world, o, gpu_zero_models()),
-                    Catch::Contains("offload: --offload with --zero 2 and --device cuda") &&
-                        Catch::Contains("use --zero 1 --offload on the GPU"));
-  o.parallel.offload = false;
-  CHECK_NOTHROW(ZeroStrategy(world, o, gpu_zero_models()));
+  for (int stage : {2, 3}) {
+    o.parallel.zero = stage;
+    o.parallel.offload = true;
+    CHECK_THROWS_WITH(ZeroStrategy(world, o, gpu_zero_models()),
+                      Catch::Contains("offload: --offload with --zero " + std::to_string(stage) +
+                                      " and --device cuda") &&
+                          Catch::Contains("use --zero 1 --offload on the GPU"));
+    o.parallel.offload = false;
+    CHECK_NOTHROW(ZeroStrategy(world, o, gpu_zero_models()));
+  }
   o.parallel.zero = 1;
   o.parallel.allreduce = "ring";
   CHECK_THROWS_WITH(ZeroStrategy(world, o, gpu_zero_models()),
@@ -335,8 +343,8 @@ TEST_CASE("GPU ZeRO refuses what it does not build with one clear message", "[gp
   // Without a GPU model factory (a CPU-only program), cuda is refused as before.
   o.parallel.allreduce = "builtin";
   CHECK_THROWS_WITH(ZeroStrategy(world, o), Catch::Contains("run on the CPU in this build"));
-  // The model itself: ZeRO-3 is not built on the GPU.
+  // The model itself: a stage that does not exist.
   MemoryTracker tracker;
-  CHECK_THROWS_WITH(GpuZeroModel<float>(gpt_config_by_name("tiny"), 3, world, staged, &tracker, false),
-                    Catch::Contains("ZeRO-3 is not built on the GPU"));
+  CHECK_THROWS_WITH(GpuZeroModel<float>(gpt_config_by_name("tiny"), 4, world, staged, &tracker, false),
+                    Catch::Contains("ZeRO stage 4 does not exist"));
 }
