@@ -168,6 +168,7 @@ void GpuZeroModel<F>::zero_grad() {
 
 template <typename F>
 double GpuZeroModel<F>::forward(const int* tokens, const int* targets, int B, int T) {
+  require_nothing_gathered("forward");
   const double t0 = timeline_.now_us();
   const double loss = gpt_.forward(tokens, targets, B, T);  // synchronises: the loss is on the host
   timeline_.add("forward", "compute", 0, t0, timeline_.now_us());
@@ -177,10 +178,12 @@ double GpuZeroModel<F>::forward(const int* tokens, const int* targets, int B, in
 
 template <typename F>
 void GpuZeroModel<F>::backward(double loss_scale) {
+  require_nothing_gathered("backward");
   const double t0 = timeline_.now_us();
   gpt_.backward(static_cast<float>(loss_scale));  // the hook starts each unit's reduction (last micro-batch)
   sync();                                         // so the timeline's interval is the GPU's, not the enqueueing's
   timeline_.add("backward", "compute", 0, t0, timeline_.now_us());
+  release_gathered();  // stage 3: the pass's gathered parameters
   if (communicating_) {
     finish_reductions(0);
     reduced_ = true;
@@ -286,6 +289,14 @@ F* GpuZeroModel<F>::param_place(std::size_t offset, bool backward) {
     start_gather(blocks_.emplace_back(), shards_.block(next));
   finish_gather(here);
   return here.weights.data();
+}
+
+template <typename F>
+void GpuZeroModel<F>::require_nothing_gathered(const char* pass) const {
+  // A unit still gathered from the last pass holds the parameters of before the last update: a
+  // pass must gather its own (the first GPU run of stage 3 reused them, and trained wrong).
+  SCALELAB_CHECK(root_emb_.weights.size() == 0 && root_lnf_.weights.size() == 0 && blocks_.empty(),
+                 "ZeRO-3: parameters gathered for an earlier pass are still held at the start of ", pass);
 }
 
 template <typename F>

@@ -159,6 +159,7 @@ class GpuZeroModel final : public ZeroTrainModel {
   void start_gather(Gathered& g, const ZeroUnit& unit);
   void finish_gather(Gathered& g);
   void release_gathered();  // after a pass: every gathered unit freed
+  void require_nothing_gathered(const char* pass) const;
   void on_grads_ready(std::size_t offset);
   void finish_reduction(Reduction& r);
   void finish_reductions(std::size_t keep);          // until at most `keep` are in flight
