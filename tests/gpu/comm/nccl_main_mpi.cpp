@@ -3,13 +3,14 @@
 // than ranks on it, NCCL cannot run (it refuses two ranks on one GPU): then only the [refusal]
 // test runs, which checks that make_nccl_communicator says so on every rank. All ranks exit
 // with the worst result, as in tests/comm.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "comm/runtime.hpp"
+#include "gpu_catch.hpp"
 #include "kernels/core/device.hpp"
 #include "nccl_world.hpp"
 
@@ -38,20 +39,18 @@ int main(int argc, char** argv) {
   options.timeout_seconds = 60;  // a rank left waiting ends the job with a message, never a hang
   scalelab::CommRuntime runtime(scalelab::Backend::kMpi, options);
   g_world = &runtime.world();
-  Catch::Session session;
-  if (const int rc = session.applyCommandLine(argc, argv); rc != 0) return rc;
   std::unique_ptr<scalelab::cuda::NcclCommunicator> nccl;
   const bool one_per_gpu = local_ranks() <= gpus;
   if (one_per_gpu) {
     nccl = scalelab::cuda::make_nccl_communicator(*g_world, scalelab_test::nccl_test_options());
     g_nccl = nccl.get();
-  } else {
-    session.configData().testsOrTags = {"[refusal]"};
   }
   if (g_world->rank() == 0)
     std::printf("test_nccl_mpi (%d ranks, %d per host, %d GPUs here%s) on %s\n", g_world->size(), local_ranks(), gpus,
                 one_per_gpu ? "" : ": only the refusal test", scalelab::cuda::device_description().c_str());
-  const int failed = session.run();
+  // Without a GPU of its own per rank, only the refusal test.
+  const int failed =
+      scalelab_test::run_gpu_catch(argc, argv, one_per_gpu ? std::vector<std::string>{} : std::vector<std::string>{"[refusal]"});
   int worst = failed;
   g_world->all_reduce(&worst, 1);
   g_nccl = nullptr;

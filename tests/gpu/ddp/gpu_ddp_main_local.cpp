@@ -1,10 +1,9 @@
 // main() of test_gpu_ddp: one rank (a LocalCommunicator as the world). Without a GPU (no device,
 // no driver) it exits with 77, which CTest reports as "skipped", never as "passed".
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
 #include <cstdio>
 
 #include "comm/local_communicator.hpp"
+#include "gpu_catch.hpp"
 #include "kernels/core/device.hpp"
 #include "world.hpp"
 
@@ -19,5 +18,5 @@ int main(int argc, char** argv) {
     return 77;
   }
   std::printf("test_gpu_ddp (1 local rank) on %s\n", scalelab::cuda::device_description().c_str());
-  return Catch::Session().run(argc, argv);
+  return scalelab_test::run_gpu_catch(argc, argv);
 }

@@ -2,11 +2,10 @@
 // refuses, and the host-staging communicator exists for). The GPU check comes before MPI starts,
 // so without a GPU every rank exits 77 alike (CTest: skipped) and none waits for another. Then
 // the tests run on every rank and all ranks exit with the worst result, as in tests/comm.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
 #include <cstdio>
 
 #include "comm/runtime.hpp"
+#include "gpu_catch.hpp"
 #include "kernels/core/device.hpp"
 #include "world.hpp"
 
@@ -28,7 +27,7 @@ int main(int argc, char** argv) {
   if (g_world->rank() == 0)
     std::printf("test_gpu_ddp_mpi (%d MPI ranks, one GPU) on %s\n", g_world->size(),
                 scalelab::cuda::device_description().c_str());
-  const int failed = Catch::Session().run(argc, argv);
+  const int failed = scalelab_test::run_gpu_catch(argc, argv);
   int worst = failed;
   runtime.world().all_reduce(&worst, 1);
   g_world = nullptr;

@@ -1,9 +1,8 @@
 // main() of test_gpu_model: without a GPU (no device, no driver) it exits with 77, which CTest
 // reports as "skipped" (SKIP_RETURN_CODE), never as "passed".
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
 #include <cstdio>
 
+#include "gpu_catch.hpp"
 #include "kernels/core/device.hpp"
 
 int main(int argc, char** argv) {
@@ -12,5 +11,5 @@ int main(int argc, char** argv) {
     return 77;
   }
   std::printf("test_gpu_model on %s\n", scalelab::cuda::device_description().c_str());
-  return Catch::Session().run(argc, argv);
+  return scalelab_test::run_gpu_catch(argc, argv);
 }
