@@ -49,8 +49,8 @@ int main(int argc, char** argv) {
     std::printf("test_nccl_mpi (%d ranks, %d per host, %d GPUs here%s) on %s\n", g_world->size(), local_ranks(), gpus,
                 one_per_gpu ? "" : ": only the refusal test", scalelab::cuda::device_description().c_str());
   // Without a GPU of its own per rank, only the refusal test.
-  const int failed =
-      scalelab_test::run_gpu_catch(argc, argv, one_per_gpu ? std::vector<std::string>{} : std::vector<std::string>{"[refusal]"});
+  const int failed = scalelab_test::run_gpu_catch(
+      argc, argv, one_per_gpu ? std::vector<std::string>{} : std::vector<std::string>{"[refusal]"});
   int worst = failed;
   g_world->all_reduce(&worst, 1);
   g_nccl = nullptr;
