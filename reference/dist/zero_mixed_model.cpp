@@ -18,6 +18,17 @@ namespace {
 
 constexpr std::size_t kChunk = 1 << 16;  // gradients widened per chunk (the optimizer step, stage 2's sums)
 
+// What the mixed-precision model keeps itself: the master weights of this rank's shard; the
+// gradient buffer only under stage 1, the half parameters only under stages 1 and 2.
+MixedStorage mixed_storage(const ZeroShards& shards, int stage) {
+  MixedStorage m;
+  m.master_begin = shards.begin();
+  m.master_end = shards.end();
+  m.grads = stage == 1;
+  m.params = stage <= 2;
+  return m;
+}
+
 }  // namespace
 
 ZeroMixedModel::ZeroMixedModel(const GPTConfig& config, int stage, HalfFormat format, Communicator& dp,
@@ -26,7 +37,7 @@ ZeroMixedModel::ZeroMixedModel(const GPTConfig& config, int stage, HalfFormat fo
       comm_(dp),
       tracker_(tracker),
       shards_((config.validate(), config), dp.rank(), dp.size()),
-      mixed_(config, format, tracker, MixedStorage{shards_.begin(), shards_.end(), stage == 1, stage <= 2}),
+      mixed_(config, format, tracker, mixed_storage(shards_, stage)),
       param_shard_(stage == 3 ? shards_.size() : 0, MemCategory::kParams, tracker),
       grad_shard_(stage >= 2 ? shards_.size() : 0, MemCategory::kGrads, tracker),
       chunk_(2 * std::max<std::size_t>(1, std::min(shards_.size(), kChunk)), MemCategory::kWorkspace, tracker),

@@ -17,6 +17,8 @@
 // The optimizer step (precision/mixed_step.cpp) unscales the half gradients chunk by chunk,
 // skips the step on inf/NaN, updates the fp32 master weights and rounds them back to half.
 // Checkpoint policies (stage 02) and gradient accumulation (stage 01) work unchanged, and so does
+// a pipeline stage's slice of the model (stage 05: MixedStorage::slice, forward_slice and
+// backward_slice as GPTModel's, the tensors that cross to the next stage in half), and so does
 // the attention kind (stage 08, --attention naive|chunked|flash): the attention step of
 // model/attention_block.hpp runs on the staging like every other layer, its output rounded to
 // half; the log-sum-exp of chunked and flash stays fp32 (mixed_block.cpp says why).
@@ -24,6 +26,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <vector>
 
 #include "comm/datatype.hpp"
@@ -31,6 +34,7 @@
 #include "model/attention_block.hpp"
 #include "model/block.hpp"
 #include "model/block_walk.hpp"
+#include "model/slice.hpp"
 #include "model/train_model.hpp"
 #include "precision/half.hpp"
 
@@ -68,17 +72,28 @@ struct MixedActivationElements {
 };
 MixedActivationElements mixed_activation_elements(const GPTConfig& config, int B, int T, const CheckpointPolicy& policy,
                                                   AttentionKind attention);
+// The same for a slice (stage 05): its blocks, its input, and the head's part only with the head.
+MixedActivationElements mixed_activation_elements(const GPTConfig& config, int B, int T, const CheckpointPolicy& policy,
+                                                  AttentionKind attention, const ModelSlice& slice);
 
 // What a MixedPrecisionModel keeps itself. By default: the half parameters, a half gradient
 // buffer and the fp32 master weights of the whole model. ZeRO (stage 07,
 // dist/zero_mixed_model.hpp) keeps only its shard of the master weights, under stages 2 and 3
 // gives each tensor's gradients a place of its own (set_grad_storage), and under stage 3 hands
-// the parameters over where they were gathered (set_param_source).
+// the parameters over where they were gathered (set_param_source). A pipeline stage (stage 05,
+// dist/pipeline_stage_model.hpp) holds a slice of the model, and its chunks live in the stage's
+// flat buffers (the `*_data` pointers).
 struct MixedStorage {
   std::size_t master_begin = 0;                           // the master weights held: [master_begin,
   std::size_t master_end = static_cast<std::size_t>(-1);  // master_end) of the flat buffer
   bool grads = true;   // false: no gradient buffer; set_grad_storage says where gradients go
   bool params = true;  // false: no half parameters; set_param_source says where they are
+  ModelSlice slice;    // the blocks held, with or without the embeddings and the head (model/slice.hpp)
+  // Storage the caller owns and counts (num_params() elements each; all three or none): the model
+  // allocates none of its own. The master weights are then all held.
+  std::uint16_t* param_data = nullptr;
+  std::uint16_t* grad_data = nullptr;
+  float* master_data = nullptr;
 };
 
 // The blocks run through the one walk of model/block_walk.cpp; the model is its BlockRunner
@@ -89,6 +104,30 @@ class MixedPrecisionModel final : public TrainModel, private BlockRunner {
   // them, or what `storage` asks for.
   MixedPrecisionModel(const GPTConfig& config, HalfFormat format, MemoryTracker* tracker,
                       const MixedStorage& storage = {});
+  MixedPrecisionModel(const MixedPrecisionModel&) = delete;
+  MixedPrecisionModel& operator=(const MixedPrecisionModel&) = delete;
+
+  const ModelSlice& slice() const { return slice_; }
+  // Stage 05, a slice as GPTModel's (model/gpt.hpp): forward from tokens (with the embeddings) or
+  // from `input` (B,T,C), the previous slice's output: fp32 values that half holds exactly (they
+  // were stored as half), kept as half. Returns the mean loss with the head, else 0.
+  double forward_slice(const int* tokens, const float* input, const int* targets, int B, int T);
+  // (B,T,C) the blocks' output of the last forward, widened to fp32 (exact): the next slice's input.
+  const float* output();
+  // With the head, from the loss (scaled by loss_scale); else from doutput (B,T,C), the next
+  // slice's input_grad() (values half holds exactly).
+  void backward_slice(const float* doutput, double loss_scale);
+  // (B,T,C) d loss / d input after backward_slice of a slice without the embeddings, rounded to
+  // half's values as every activation gradient is: what the previous slice's backward_slice takes.
+  // Valid until the next forward or backward.
+  const float* input_grad() const { return stage_.dres; }
+  // Micro-batches in flight (stage 05), as GPTModel's: the saved activations (half, and the fp32
+  // lse), tokens and targets move aside under a key and come back; each set is its own
+  // allocation in the tracker's activations.
+  void stash_activations(int key);
+  void restore_activations(int key);
+  void release_activations();
+  std::size_t stashed_count() const { return stash_.size(); }
 
   const GPTConfig& config() const override { return config_; }
   const ParamLayout& layout() const override { return layout_; }
@@ -114,7 +153,7 @@ class MixedPrecisionModel final : public TrainModel, private BlockRunner {
   // (every half parameter, also where the master weights are a shard).
   void init_weights(std::uint64_t seed) override;
   // The master weights held: all of them, or [master_begin, master_end) (MixedStorage).
-  const float* master_params() const override { return master_.data(); }
+  const float* master_params() const override { return master_data_; }
   // Sets the held master weights (as many values as held) and rounds them into their half
   // parameters; the other half parameters are left as they are.
   void set_master_params(const float* values) override;
@@ -123,16 +162,16 @@ class MixedPrecisionModel final : public TrainModel, private BlockRunner {
   std::string precision_name() const override { return half_format_name(format_); }
   // Stage 04 in mixed precision: data parallelism reduces the half gradients themselves, and is
   // told when a block's are final, at the same points as the fp32 model (GPTModel's hook).
-  GradBuffer typed_grads() override { return {grads_.data(), half_type()}; }
+  GradBuffer typed_grads() override { return {grad_data_, half_type()}; }
   void set_grad_ready_hook(std::function<void(std::size_t)> hook) override { grad_ready_hook_ = std::move(hook); }
 
   HalfFormat format() const { return format_; }
   DataType half_type() const { return format_ == HalfFormat::kBF16 ? DataType::kBFloat16 : DataType::kFloat16; }
-  const std::uint16_t* half_params() const { return params_.data(); }
-  std::uint16_t* half_params() { return params_.data(); }  // ZeRO gathers shards into them
-  const std::uint16_t* half_grads() const { return grads_.data(); }
-  std::uint16_t* half_grads() { return grads_.data(); }  // null without a gradient buffer
-  float* held_master() { return master_.data(); }        // what ZeRO's optimizer step updates
+  const std::uint16_t* half_params() const { return param_data_; }
+  std::uint16_t* half_params() { return param_data_; }  // ZeRO gathers shards into them
+  const std::uint16_t* half_grads() const { return grad_data_; }
+  std::uint16_t* half_grads() { return grad_data_; }  // null without a gradient buffer
+  float* held_master() { return master_data_; }       // what ZeRO's optimizer step updates
   // Without a gradient buffer (MixedStorage::grads false): `place(offset)` returns where the half
   // gradients of the tensor starting at `offset` live (they accumulate there, as in the buffer).
   // Called when backward first reads them and again when it stores them.
@@ -166,23 +205,28 @@ class MixedPrecisionModel final : public TrainModel, private BlockRunner {
     float *lnf_w, *lnf_b, *glnf_w, *glnf_b;     // (C)
   };
 
-  // Where the tensors the forward and backward address one at a time start in the flat buffer.
+  // Where the tensors the forward and backward address one at a time start in the flat buffer
+  // (those the slice holds: wte with the embeddings or the head, wpe with the embeddings, ln_f
+  // with the head).
   struct TensorOffsets {
     std::size_t wte = 0, wpe = 0, lnf_w = 0, lnf_b = 0;
-    std::vector<std::size_t> blocks;  // each block's first tensor (ln_1.weight); a block is contiguous
+    std::vector<std::size_t> blocks;  // each held block's first tensor (ln_1.weight); a block is contiguous
   };
-  static TensorOffsets tensor_offsets(const ParamLayout& layout, int num_layers);
+  static TensorOffsets tensor_offsets(const ParamLayout& layout, const ModelSlice& slice);
 
+  // The fp32 staging for a batch shape, policy and attention kind; then the half activations
+  // (also after they were stashed or released).
   void ensure_buffers(int B, int T);
+  void ensure_staging(int B, int T);
+  float head_forward(const int* targets, int N);  // the mean loss
+  void head_backward(double loss_scale, int N);
   void assign_activations(int B, int T);
   // Widen n half parameters (or gradients) starting at `offset` of the flat buffer.
   void widen_params(float* out, std::size_t offset, std::size_t n, bool block_backward = false) const;
   void widen_grads(float* out, std::size_t offset, std::size_t n);
   // Round n fp32 gradients to half, into the gradients starting at `offset`.
   void store_grads(std::size_t offset, const float* in, std::size_t n);
-  std::uint16_t* grad_place(std::size_t offset) {
-    return grad_storage_ ? grad_storage_(offset) : grads_.data() + offset;
-  }
+  std::uint16_t* grad_place(std::size_t offset) { return grad_storage_ ? grad_storage_(offset) : grad_data_ + offset; }
   // Round n fp32 values in place and store them as half at `out`: a layer boundary.
   void narrow(std::uint16_t* out, float* in, std::size_t n) const;
   void widen(float* out, const std::uint16_t* in, std::size_t n) const { half_to_float(out, in, n, format_); }
@@ -190,7 +234,7 @@ class MixedPrecisionModel final : public TrainModel, private BlockRunner {
 
   // BlockRunner (precision/mixed_block.cpp): stage block l's inputs from half storage, compute
   // with rounding at every layer boundary, store the results back.
-  int num_blocks() const override { return config_.num_layers; }
+  int num_blocks() const override { return slice_.num_layers; }
   void forward_block(int l, int slot, ActPlace x) override;
   void backward_block(int l, int slot, ActPlace x) override;
   void keep_boundary(int s, ActPlace x) override;
@@ -204,22 +248,38 @@ class MixedPrecisionModel final : public TrainModel, private BlockRunner {
   }
 
   GPTConfig config_;
+  ModelSlice slice_;  // num_layers resolved
   ParamLayout layout_;
   HalfFormat format_;
   MemoryTracker* tracker_;
-  std::size_t master_begin_;  // master_ holds [master_begin_, master_begin_ + master_.size())
-  Buffer<std::uint16_t> params_, grads_;
+  std::size_t master_begin_;              // the master weights held are [master_begin_, master_begin_ + master_count_)
+  Buffer<std::uint16_t> params_, grads_;  // owned storage (empty where the caller owns it or none is kept)
   Buffer<float> master_;
+  std::uint16_t* param_data_;  // params_ or the caller's (null without half parameters)
+  std::uint16_t* grad_data_;   // grads_ or the caller's (null without a gradient buffer)
+  float* master_data_;         // master_ or the caller's
+  std::size_t param_count_, grad_count_, master_count_;
   TensorOffsets offsets_;
   std::size_t block_params_ = 0;  // parameters of one block (contiguous in the layout)
   Buffer<std::uint16_t> act_buffer_;
-  Buffer<float> lse_buffer_;    // chunked and flash: the block slots' lse, fp32 (activations)
-  Buffer<float> weight_stage_;  // fp32 staging of weights and gradients (workspace, fixed size)
-  Buffer<float> stage_buffer_;  // fp32 staging of activations (workspace, sized by B and T)
-  Buffer<float> chunk_;         // the optimizer step's fp32 gradient chunk (workspace)
+  Buffer<float> lse_buffer_;         // chunked and flash: the block slots' lse, fp32 (activations)
+  Buffer<float> weight_stage_;       // fp32 staging of weights and gradients (workspace, fixed size)
+  Buffer<float> stage_buffer_;       // fp32 staging of activations (workspace, sized by B and T)
+  Buffer<float> chunk_;              // the optimizer step's fp32 gradient chunk (workspace)
+  int staged_B_ = 0, staged_T_ = 0;  // what stage_buffer_ is laid out for, with:
+  CheckpointPolicy staged_policy_;
+  AttentionKind staged_attention_ = AttentionKind::kNaive;
   HalfActivations acts_;
   Staging stage_;
   std::vector<int> tokens_, targets_;
+  // Stage 05: the activations of micro-batches in flight, by key.
+  struct SavedForward {
+    Buffer<std::uint16_t> act_buffer;
+    Buffer<float> lse_buffer;
+    HalfActivations acts;
+    std::vector<int> tokens, targets;
+  };
+  std::map<int, SavedForward> stash_;
   CheckpointPolicy policy_;
   AttentionKind attention_ = AttentionKind::kNaive;                                     // stage 08
   AttentionStep<float> attention_step_ = attention_step<float>(AttentionKind::kNaive);  // attention_'s

@@ -18,15 +18,15 @@ namespace scalelab {
 
 TrainModel::StepOutcome MixedPrecisionModel::optimizer_step(AdamW& optimizer, double lr, double grad_scale,
                                                             double clip) {
-  SCALELAB_CHECK(master_.size() == num_params() && grads_.size() == num_params(),
+  SCALELAB_CHECK(master_count_ == num_params() && grad_count_ == num_params(),
                  "this mixed-precision model holds a shard of the master weights or no gradient buffer; its owner "
                  "(ZeRO, dist/zero_mixed_model.cpp) runs the optimizer step");
   StepOutcome out;
   const std::size_t n = num_params(), chunk = chunk_.size();
   float* g = chunk_.data();  // (chunk) fp32 gradients of the current range
-  float* master = master_.data();
-  const std::uint16_t* half_grads = grads_.data();
-  std::uint16_t* half_params = params_.data();
+  float* master = master_data_;
+  const std::uint16_t* half_grads = grad_data_;
+  std::uint16_t* half_params = param_data_;
   // LAB 03 BEGIN mixed_optimizer_step: section 5
   const float scale = static_cast<float>(grad_scale);
   auto unscale = [&](std::size_t offset, std::size_t count) {

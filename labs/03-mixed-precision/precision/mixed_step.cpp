@@ -24,15 +24,15 @@ namespace scalelab {
 
 TrainModel::StepOutcome MixedPrecisionModel::optimizer_step(AdamW& optimizer, double lr, double grad_scale,
                                                             double clip) {
-  SCALELAB_CHECK(master_.size() == num_params() && grads_.size() == num_params(),
+  SCALELAB_CHECK(master_count_ == num_params() && grad_count_ == num_params(),
                  "this mixed-precision model holds a shard of the master weights or no gradient buffer; its owner "
                  "(ZeRO, dist/zero_mixed_model.cpp) runs the optimizer step");
   StepOutcome out;
   const std::size_t n = num_params(), chunk = chunk_.size();
   float* g = chunk_.data();  // (chunk) fp32 gradients of the current range
-  float* master = master_.data();
-  const std::uint16_t* half_grads = grads_.data();
-  std::uint16_t* half_params = params_.data();
+  float* master = master_data_;
+  const std::uint16_t* half_grads = grad_data_;
+  std::uint16_t* half_params = param_data_;
   // Lab 03 TODO: implement mixed_optimizer_step (labs/03-mixed-precision/README.md, section 5).
   // Replace the lines from here to "end of Lab 03 TODO" with your code.
   // (void) keeps the compiler quiet about unused names until your code uses them.
