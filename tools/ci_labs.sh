@@ -223,7 +223,7 @@ if [[ " ${labs[*]} " == *" 03 "* ]]; then
   # The updated fp32 master weights never rounded back to the half parameters: the model the next
   # forward uses never learns.
   KEEP=lab03.mixed_memory wrong_solution 03 03-mixed-precision no-copy-back \
-    precision/mixed_step.cpp 'float_to_half(half_params + offset, master + offset, count, format_);' \
+    precision/mixed_step.cpp 'float_to_half(half_params + offset, master + offset, count, format);' \
     '(void)half_params;  // the master weights never rounded back to half' \
     mixed_optimizer_step "the master weights not rounded back to half in mixed_optimizer_step"
 fi

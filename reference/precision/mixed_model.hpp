@@ -293,4 +293,25 @@ class MixedPrecisionModel final : public TrainModel, private BlockRunner {
   }
 };
 
+// Stage 03's optimizer step (precision/mixed_step.cpp) over flat buffers: a model's own, or a
+// pipeline stage's (its chunks' tensors one after the other).
+struct MixedStepBuffers {
+  float* master;                    // (count) fp32 master weights: updated
+  std::uint16_t* half_params;       // (count) rounded from them after the update
+  const std::uint16_t* half_grads;  // (count) the half gradients, still multiplied by the loss scale
+  std::size_t count;
+  HalfFormat format;
+  float* chunk;  // (chunk_size) fp32 workspace: one range of unscaled gradients
+  std::size_t chunk_size;
+};
+// The gradient norm of a model spread over ranks (stage 05): `share(g, offset, count)`, the sum of
+// squares of the unscaled gradients g = [offset, offset + count) that this rank counts (default:
+// all of them); `total(sum)`, the whole model's sum from this rank's (default: itself).
+struct MixedNorm {
+  std::function<double(const float* g, std::size_t offset, std::size_t count)> share;
+  std::function<double(double)> total;
+};
+TrainModel::StepOutcome mixed_optimizer_step(AdamW& optimizer, const MixedStepBuffers& buffers, double lr,
+                                             double grad_scale, double clip, const MixedNorm& norm = {});
+
 }  // namespace scalelab

@@ -12,7 +12,9 @@
 //   3. AdamW on the master weights, chunk by chunk (AdamW::begin_step once, then update_range);
 //   4. round each updated master chunk to half: the parameters the next forward uses.
 // Only one chunk of fp32 gradients exists at a time, never a full fp32 copy. The arithmetic on
-// each gradient (g * s, then * coef) is the fp32 model's (train/fp32_model.cpp).
+// each gradient (g * s, then * coef) is the fp32 model's (train/fp32_model.cpp). A pipeline stage
+// (stage 05, dist/pipeline_stage_model.hpp) runs the same step over its chunks' flat buffers, with
+// the norm of the whole model (MixedNorm).
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -27,17 +29,25 @@ TrainModel::StepOutcome MixedPrecisionModel::optimizer_step(AdamW& optimizer, do
   SCALELAB_CHECK(master_count_ == num_params() && grad_count_ == num_params(),
                  "this mixed-precision model holds a shard of the master weights or no gradient buffer; its owner "
                  "(ZeRO, dist/zero_mixed_model.cpp) runs the optimizer step");
-  StepOutcome out;
-  const std::size_t n = num_params(), chunk = chunk_.size();
-  float* g = chunk_.data();  // (chunk) fp32 gradients of the current range
-  float* master = master_data_;
-  const std::uint16_t* half_grads = grad_data_;
-  std::uint16_t* half_params = param_data_;
+  const MixedStepBuffers buffers{master_data_, param_data_,   grad_data_,   num_params(),
+                                 format_,      chunk_.data(), chunk_.size()};
+  return mixed_optimizer_step(optimizer, buffers, lr, grad_scale, clip);
+}
+
+TrainModel::StepOutcome mixed_optimizer_step(AdamW& optimizer, const MixedStepBuffers& b, double lr, double grad_scale,
+                                             double clip, const MixedNorm& norm) {
+  TrainModel::StepOutcome out;
+  const std::size_t n = b.count, chunk = b.chunk_size;
+  const HalfFormat format = b.format;
+  float* g = b.chunk;  // (chunk) fp32 gradients of the current range
+  float* master = b.master;
+  const std::uint16_t* half_grads = b.half_grads;
+  std::uint16_t* half_params = b.half_params;
   // Lab 03 TODO: implement mixed_optimizer_step (labs/03-mixed-precision/README.md, section 5).
   // Replace the lines from here to "end of Lab 03 TODO" with your code.
   // (void) keeps the compiler quiet about unused names until your code uses them.
-  (void)optimizer; (void)lr; (void)grad_scale; (void)clip; (void)n; (void)chunk; (void)g;
-  (void)master; (void)half_grads; (void)half_params;
+  (void)optimizer; (void)b; (void)lr; (void)grad_scale; (void)clip; (void)norm; (void)n;
+  (void)chunk; (void)format; (void)g; (void)master; (void)half_grads; (void)half_params;
   throw std::logic_error("Lab 03: implement mixed_optimizer_step (see labs/03-mixed-precision/README.md, section 5)");
   // end of Lab 03 TODO
   return out;
