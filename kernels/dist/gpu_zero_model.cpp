@@ -1,4 +1,4 @@
-// ZeRO-1 on the GPU: the step's collectives on the device communicator, the shard's update on the
+// ZeRO on the GPU: the step's collectives on the device communicator, the shard's update on the
 // GPU or (offload) on the host. The order of scaling, norm, skip, clip and AdamW is the
 // single-GPU model's (kernels/model/gpu_train_model.cpp) restricted to the shard.
 #include "kernels/dist/gpu_zero_model.hpp"
@@ -71,7 +71,7 @@ GpuZeroModel<F>::GpuZeroModel(const GPTConfig& config, int stage, Communicator& 
       gpt_(config, tracker, GpuOptions{false, stage == 1, stage <= 2}),
       dev_(make_comm(dp, gpt_.stream())),
       param_shard_(stage == 3 ? shards_.size() : 0, MemCategory::kParams, tracker),
-      grad_shard_(stage >= 2 ? shards_.size() : 0, MemCategory::kGrads, tracker),
+      grad_shard_(stage >= 2 && !offload ? shards_.size() : 0, MemCategory::kGrads, tracker),
       working_(shards_.units().size()),
       master_(kMixed && !offload ? shards_.size() : 0, MemCategory::kOptimizer, tracker),
       m_(offload ? 0 : shards_.size(), MemCategory::kOptimizer, tracker),
@@ -82,15 +82,17 @@ GpuZeroModel<F>::GpuZeroModel(const GPTConfig& config, int stage, Communicator& 
       host_master_(offload ? shards_.size() : 0, MemCategory::kParams, &host_tracker_),
       host_grads_(offload ? shards_.size() : 0, MemCategory::kGrads, &host_tracker_),
       host_half_(offload && kMixed ? shards_.size() : 0, MemCategory::kWorkspace, &host_tracker_),
+      host_landing_(offload && !kMixed && stage == 2 ? shards_.size() : 0, MemCategory::kWorkspace, &host_tracker_),
       pin_master_(host_master_.data(), host_master_.bytes()),
       pin_grads_(host_grads_.data(), host_grads_.bytes()),
-      pin_half_(host_half_.data(), host_half_.bytes()) {
+      pin_half_(host_half_.data(), host_half_.bytes()),
+      pin_landing_(host_landing_.data(), host_landing_.bytes()) {
   SCALELAB_CHECK(dev_ && dev_->memory_space() == MemorySpace::kDevice && dev_->size() == dp.size() &&
                      dev_->rank() == dp.rank(),
                  "ZeRO on the GPU needs a device-memory communicator over the same ranks as the data-parallel group");
   require(stage >= 1 && stage <= 3, "zero", "ZeRO stage " + std::to_string(stage) + " does not exist",
           "use --zero 1 (optimizer state), 2 (+ gradients) or 3 (+ parameters)");
-  SCALELAB_CHECK(!offload || stage == 1, "offload with ZeRO-", stage, " on the GPU (the strategy refuses it)");
+  SCALELAB_CHECK(!offload || stage <= 2, "offload with ZeRO-", stage, " on the GPU (the strategy refuses it)");
   gpt_.set_grad_ready_hook([this](std::size_t offset) { on_grads_ready(offset); });
   if (stage >= 2) gpt_.set_grad_storage([this](std::size_t offset) { return grad_place(offset); });
   if (stage == 3)
@@ -186,6 +188,9 @@ void GpuZeroModel<F>::backward(double loss_scale) {
   release_gathered();  // stage 3: the pass's gathered parameters
   if (communicating_) {
     finish_reductions(0);
+    // Stage 2 + offload: this micro-batch's last pieces added on the host before the next one's
+    // copies land in the same places (and before the step reads the shard).
+    add_landed(0);
     reduced_ = true;
     first_contribution_ = false;  // stage 2: the next micro-batch's sums add to these
     for (const auto& w : working_) SCALELAB_CHECK(w.size() == 0, "a unit's gradients were not reduce-scattered");
@@ -224,10 +229,14 @@ void GpuZeroModel<F>::on_grads_ready(std::size_t offset) {
   } else {
     r.grads = std::move(working_[static_cast<std::size_t>(unit - shards_.units().data())]);
     send = r.grads.data();
-    recv = grad_shard_.data() + (shards_.piece_begin(*unit) - shards_.begin());
-    if (!first_contribution_) {  // a later micro-batch: received apart, then added
-      r.recv = DeviceBuffer<F>(shards_.piece_size(*unit), MemCategory::kComm, tracker_);
-      recv = r.recv.data();
+    if (offload_) {  // in place, as stage 1: the piece goes to the host from the working buffer
+      recv = r.grads.data() + (shards_.piece_begin(*unit) - unit->begin);
+    } else {
+      recv = grad_shard_.data() + (shards_.piece_begin(*unit) - shards_.begin());
+      if (!first_contribution_) {  // a later micro-batch: received apart, then added
+        r.recv = DeviceBuffer<F>(shards_.piece_size(*unit), MemCategory::kComm, tracker_);
+        recv = r.recv.data();
+      }
     }
   }
   r.request = dev_->ireduce_scatter_v(send, recv, unit->pieces, DType<F>::comm_type, ReduceOp::kSum);
@@ -323,13 +332,85 @@ F* GpuZeroModel<F>::grad_place(std::size_t offset) {
 
 template <typename F>
 void GpuZeroModel<F>::finish_reduction(Reduction& r) {
+  // After wait() the sum is in device memory for any stream (NCCL: its event has completed;
+  // host staging: its copy back was synchronised), so a copy enqueued from here on reads it.
   dev_->wait(r.request);
   timeline_.add("reduce-scatter " + r.unit->name, "comm", 1, r.start_us, timeline_.now_us());
   if (r.recv.size() > 0) {  // stage 2, a later micro-batch: shard += piece (fp32 add, rounded once)
     F* mine = grad_shard_.data() + (shards_.piece_begin(*r.unit) - shards_.begin());
     residual_forward(mine, mine, r.recv.data(), r.recv.size(), gpt_.stream());
   }
-  if (offload_) copy_out(shards_.piece_begin(*r.unit) - shards_.begin(), shards_.piece_size(*r.unit));
+  if (!offload_) return;
+  if (stage_ == 2) {
+    land_piece(r);
+  } else {
+    const std::size_t at = shards_.piece_begin(*r.unit) - shards_.begin();
+    copy_out(own_grads() + at, at, shards_.piece_size(*r.unit));
+  }
+}
+
+template <typename F>
+void GpuZeroModel<F>::land_piece(Reduction& r) {
+  // Stage 2 + offload: this rank's piece, reduced in place in the unit's working buffer, goes to
+  // the host on the copy stream: to host_grads_ itself (fp32, the step's first micro-batch), or
+  // to a landing buffer in the model's type, from which the host adds it once the copy is done.
+  const ZeroUnit& unit = *r.unit;
+  const std::size_t count = shards_.piece_size(unit);
+  if (count > 0) {
+    Landing& l = landings_.emplace_back();
+    l.at = shards_.piece_begin(unit) - shards_.begin();
+    l.count = count;
+    l.first = first_contribution_;
+    copy_out(r.grads.data() + (shards_.piece_begin(unit) - unit.begin), l.at, count);
+    l.copied.record(copy_stream_.get());
+    // The buffer is freed (and its memory handed to the next allocation) on the legacy default
+    // stream (DeviceBuffer): that stream waits for the copy first. (A blocking stream's work
+    // orders the legacy stream anyway; the event says so and holds if the streams change.)
+    SCALELAB_CUDA_CHECK(cudaStreamWaitEvent(cudaStreamLegacy, l.copied.get(), 0));
+  }
+  r.grads = DeviceBuffer<F>{};
+  // Pieces copied before this one are added now (their copies are done or nearly), so the
+  // host's additions overlap the backward still to come; the newest stays in flight.
+  add_landed(1);
+}
+
+template <typename F>
+void GpuZeroModel<F>::add_landed(std::size_t keep) {
+  // In copy order: each piece waits for its own copy (the event), then is added.
+  while (landings_.size() > keep) {
+    landings_.front().copied.synchronize();
+    add_to_host_grads(landings_.front());
+    landings_.pop_front();
+  }
+}
+
+template <typename F>
+void GpuZeroModel<F>::add_to_host_grads(const Landing& l) {
+  // The host's fp32 gradient shard, ZeRO-Offload's arithmetic: the step's first micro-batch
+  // assigns its piece (widened from F: exact), later ones add theirs in fp32, so the sum is
+  // never rounded to F. fp32's first piece landed in place: nothing to do.
+  float* g = host_grads_.data() + l.at;
+  if constexpr (kMixed) {
+    const std::uint16_t* h = host_half_.data() + l.at;
+    for_chunks(0, l.count, host_threads(l.count), [&](std::size_t, std::size_t b, std::size_t e) {
+      if (l.first) {
+        half_to_float(g + b, h + b, e - b, kHalfFormat);
+        return;
+      }
+      constexpr std::size_t kTile = 1024;  // widened through a small buffer: the bulk conversion
+      float wide[kTile];
+      for (std::size_t i = b; i < e; i += kTile) {
+        const std::size_t n = std::min(kTile, e - i);
+        half_to_float(wide, h + i, n, kHalfFormat);
+        for (std::size_t j = 0; j < n; ++j) g[i + j] += wide[j];
+      }
+    });
+  } else if (!l.first) {
+    const float* piece = host_landing_.data() + l.at;
+    for_chunks(0, l.count, host_threads(l.count), [&](std::size_t, std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) g[i] += piece[i];
+    });
+  }
 }
 
 template <typename F>
@@ -341,13 +422,18 @@ void GpuZeroModel<F>::finish_reductions(std::size_t keep) {
 }
 
 template <typename F>
-void GpuZeroModel<F>::copy_out(std::size_t at, std::size_t count) {
-  // Offload: shard elements [at, at + count) of the summed gradients to the host, in the model's
-  // type, on the copy stream (the copy engine runs beside the backward kernels).
+void GpuZeroModel<F>::copy_out(const F* from, std::size_t at, std::size_t count) {
+  // Offload: shard elements [at, at + count) of the summed gradients, read at `from`, to the
+  // host in the model's type, on the copy stream (the copy engine runs beside the backward
+  // kernels): half into host_half_; fp32 into host_grads_, except a later micro-batch's under
+  // stage 2, which lands apart to be added.
   if (count == 0) return;
-  void* landing = kMixed ? static_cast<void*>(host_half_.data() + at) : static_cast<void*>(host_grads_.data() + at);
-  SCALELAB_CUDA_CHECK(
-      cudaMemcpyAsync(landing, own_grads() + at, count * sizeof(F), cudaMemcpyDeviceToHost, copy_stream_.get()));
+  void* landing = nullptr;
+  if constexpr (kMixed)
+    landing = host_half_.data() + at;
+  else
+    landing = stage_ == 2 && !first_contribution_ ? host_landing_.data() + at : host_grads_.data() + at;
+  SCALELAB_CUDA_CHECK(cudaMemcpyAsync(landing, from, count * sizeof(F), cudaMemcpyDeviceToHost, copy_stream_.get()));
 }
 
 template <typename F>
@@ -359,7 +445,7 @@ void GpuZeroModel<F>::reduce_gradients() {
   F* g = gpt_.grads().data();
   dev_->reduce_scatter(g, g + shards_.begin(), shards_.num_params(), DType<F>::comm_type, ReduceOp::kSum);
   timeline_.add("reduce-scatter gradients", "comm", 1, t0, timeline_.now_us());
-  if (offload_) copy_out(0, shards_.size());
+  if (offload_) copy_out(own_grads(), 0, shards_.size());
 }
 
 template <typename F>
@@ -435,15 +521,16 @@ TrainModel::StepOutcome GpuZeroModel<F>::offload_step(AdamW& optimizer, double l
   float* master = host_master_.data();
   double t0 = timeline_.now_us();
   copy_stream_.synchronize();  // the gradient pieces copied out during backward (or just now)
+  add_landed(0);               // stage 2: every piece in host_grads_ (backward added them already)
   timeline_.add("gradient shard to host (rest)", "comm", 2, t0, timeline_.now_us());
-  // The CPU's fp32 step (train/fp32_model.cpp) on host threads: widen (mixed), scale, norm,
-  // skip, clip, AdamW.
+  // The CPU's fp32 step (train/fp32_model.cpp) on host threads: widen (mixed stage 1; stage 2's
+  // shard was summed in fp32 as it landed), scale, norm, skip, clip, AdamW.
   t0 = timeline_.now_us();
   const std::size_t threads = host_threads(n);
   std::vector<double> squares(threads, 0.0);
   const float s = static_cast<float>(grad_scale);
   for_chunks(0, n, threads, [&](std::size_t c, std::size_t b, std::size_t e) {
-    if constexpr (kMixed) half_to_float(g + b, host_half_.data() + b, e - b, kHalfFormat);
+    if (kMixed && stage_ == 1) half_to_float(g + b, host_half_.data() + b, e - b, kHalfFormat);
     double sum = 0;
     for (std::size_t i = b; i < e; ++i) {
       if (grad_scale != 1.0) g[i] *= s;
@@ -501,7 +588,10 @@ template <typename F>
 ZeroStateBytes GpuZeroModel<F>::state_formula() const {
   // Stage 1 per element: the model's parameters and gradients in F, the shard's optimizer state
   // (m, v, and the fp32 master in mixed precision) on the GPU, or none there under offload;
-  // stage 2 counts the gradients for the shard, stage 3 the parameters too.
+  // stage 2 counts the gradients for the shard, stage 3 the parameters too. Stage 2 + offload
+  // keeps only the parameters (its gradient shard is on the host; the working set during
+  // backward is not model state).
+  if (offload_ && stage_ == 2) return ZeroStateBytes{sizeof(F) * shards_.num_params(), 0, 0};
   const std::size_t optimizer = offload_ ? 0 : (kMixed ? 12 : 8);
   return zero_state_bytes(stage_, shards_.num_params(), shards_.size(),
                           ZeroStateBytes{sizeof(F), sizeof(F), optimizer});
@@ -510,6 +600,10 @@ ZeroStateBytes GpuZeroModel<F>::state_formula() const {
 template <typename F>
 std::vector<float> GpuZeroModel<F>::grad_shard_to_host() const {
   const std::size_t n = shards_.size();
+  if (offload_ && stage_ == 2) {  // the host's fp32 shard: every piece was added by backward's end
+    SCALELAB_CHECK(landings_.empty(), "gradient pieces still on their way to the host");
+    return {host_grads_.data(), host_grads_.data() + n};
+  }
   DeviceBuffer<float> wide(n, MemCategory::kWorkspace, nullptr);  // a test's copy, not counted
   cast(wide.data(), own_grads(), n, gpt_.stream());
   sync();

@@ -44,12 +44,12 @@ ZeroStrategy::ZeroStrategy(Communicator& comm, const TrainOptions& o, ZeroModelF
       device_model_(o.device == "cpu" ? ZeroModelFactory{} : std::move(device_model)) {
   const std::string flag = "--zero " + std::to_string(stage_);
   if (device_model_) {
-    // On a GPU (kernels/dist/gpu_zero_model.hpp): stages 1-3 in any precision, offload with 1.
-    require(!offload_ || stage_ == 1, "offload",
+    // On a GPU (kernels/dist/gpu_zero_model.hpp): stages 1-3 in any precision, offload with 1 and 2.
+    require(!offload_ || stage_ <= 2, "offload",
             "--offload with " + flag + " and --device " + o.device +
-                ": the GPU offloads ZeRO-1's optimizer shard; ZeRO-2's gradient shard and ZeRO-3's parameters stay "
-                "on the GPU in this build",
-            "use --zero 1 --offload on the GPU, or --zero " + std::to_string(stage_) + " without --offload");
+                ": this kit offloads ZeRO-1 and -2's optimizer shard (and ZeRO-2's gradient shard); offloading the "
+                "parameters too (ZeRO-Infinity) is not built",
+            "use --zero 1 or --zero 2 with --offload, or --zero 3 without --offload");
     require(algorithm_ != DdpOptions::Algorithm::kRing, "allreduce",
             flag + " with --device " + o.device + ": the ring (comm/ring.hpp) adds the pieces on the host",
             "use --allreduce builtin on the GPU");
