@@ -73,11 +73,11 @@ TrainCheckpoint DistributedOptimizer::gather(const TrainCheckpoint& mine) {
   return whole;
 }
 
-void reduce_over_replicas(DistributedOptimizer* zero, Communicator& dp, float* grads, std::size_t n) {
+void reduce_over_replicas(DistributedOptimizer* zero, Communicator& dp, TrainModel::GradBuffer grads, std::size_t n) {
   if (zero)
     zero->reduce_gradients();
   else if (dp.size() > 1)
-    dp.all_reduce(grads, n, ReduceOp::kSum);
+    dp.all_reduce(grads.data, grads.data, n, grads.type, ReduceOp::kSum);
 }
 
 std::vector<float> DistributedOptimizer::shard_of(const std::vector<float>& inner_values) const {

@@ -99,6 +99,6 @@ class DistributedOptimizer final : public TrainModel {
 // After the step's last backward, the data-parallel replicas' gradients (n elements at grads):
 // all-reduced, or with the distributed optimizer (zero not null) reduce-scattered into each
 // replica's shard. Nothing with one replica and no distributed optimizer.
-void reduce_over_replicas(DistributedOptimizer* zero, Communicator& dp, float* grads, std::size_t n);
+void reduce_over_replicas(DistributedOptimizer* zero, Communicator& dp, TrainModel::GradBuffer grads, std::size_t n);
 
 }  // namespace scalelab

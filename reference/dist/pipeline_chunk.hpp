@@ -2,6 +2,7 @@
 // blocks (with the embeddings on the first model stage, ln_f and the LM head on the last). Two
 // kinds implement it:
 //   GptChunk             the GPT's own slice (model/gpt.hpp), the whole width of every layer
+//   MixedChunk           the mixed-precision GPT's slice (precision/mixed_model.hpp: stage 03)
 //   TensorParallelModel  a slice split over a tensor-parallel group (dist/tp_model.hpp: tp x pp)
 // so a pipeline does not care how a chunk computes, only that it takes its neighbour's
 // activations (or the tokens), gives its own to the next, and the same for the gradients backward.
@@ -11,11 +12,14 @@
 #include <cstdint>
 #include <memory>
 
+#include "comm/datatype.hpp"
+#include "core/error.hpp"
 #include "model/checkpoint_policy.hpp"
 #include "model/gpt.hpp"
 #include "model/layers/attention_kind.hpp"
 #include "model/params.hpp"
 #include "model/slice.hpp"
+#include "precision/mixed_model.hpp"
 
 namespace scalelab {
 
@@ -30,6 +34,9 @@ class PipelineChunk {
   // Elements of the activations (and of their gradient) that cross to the next chunk for a
   // micro-batch of B x T tokens: B T C, or this rank's rows of them under sequence parallelism.
   virtual std::size_t boundary_elements(int B, int T) const = 0;
+  // Their type on the wire: fp32, or the half type of a mixed-precision chunk. The chunk's
+  // forward and backward take and give fp32 values that this type holds exactly.
+  virtual DataType boundary_type() const { return DataType::kFloat32; }
 
   // As GPTModel's slices: forward from tokens (with the embeddings) or the previous chunk's
   // output; the mean loss with the head, else 0.
@@ -85,6 +92,49 @@ class GptChunk final : public PipelineChunk {
 
  private:
   std::unique_ptr<GPT> gpt_;
+};
+
+// The mixed-precision GPT's slice as a chunk (stage 05 with stage 03): half parameters, gradients
+// and activations, the boundary tensors sent in half. Its forward widens its half output once for
+// output(); its input gradient is the fp32 staging that holds half values.
+class MixedChunk final : public PipelineChunk {
+ public:
+  explicit MixedChunk(std::unique_ptr<MixedPrecisionModel> model) : model_(std::move(model)) {}
+  MixedPrecisionModel& model() { return *model_; }
+
+  const ModelSlice& slice() const override { return model_->slice(); }
+  const ParamLayout& layout() const override { return model_->layout(); }
+  std::size_t num_params() const override { return model_->num_params(); }
+  std::size_t boundary_elements(int B, int T) const override {
+    return static_cast<std::size_t>(B) * T * model_->config().channels;
+  }
+  DataType boundary_type() const override { return model_->half_type(); }
+  float forward_slice(const int* tokens, const float* input, const int* targets, int B, int T) override {
+    const double loss = model_->forward_slice(tokens, input, targets, B, T);
+    output_ = model_->slice().head ? nullptr : model_->output();
+    return static_cast<float>(loss);
+  }
+  const float* output() const override { return output_; }
+  void backward_slice(const float* doutput, float loss_scale) override { model_->backward_slice(doutput, loss_scale); }
+  // The strategy refuses --schedule zb-h1 with mixed precision before a chunk is made.
+  void backward_input(const float*, float) override { refuse_split(); }
+  void backward_weight() override { refuse_split(); }
+  const float* input_grad() const override { return model_->input_grad(); }
+  void stash_activations(int key) override { model_->stash_activations(key); }
+  void restore_activations(int key) override { model_->restore_activations(key); }
+  void release_activations() override { model_->release_activations(); }
+  std::size_t stashed_count() const override { return model_->stashed_count(); }
+  void set_checkpoint_policy(const CheckpointPolicy& policy) override { model_->set_checkpoint_policy(policy); }
+  void set_attention(AttentionKind kind) override { model_->set_attention(kind); }
+  void init_weights(std::uint64_t seed) override { model_->init_weights(seed); }
+  std::size_t block_forward_count() const override { return model_->block_forward_count(); }
+
+ private:
+  [[noreturn]] static void refuse_split() {
+    throw ConfigError("schedule: zb-h1's split backward is not built for mixed-precision chunks");
+  }
+  std::unique_ptr<MixedPrecisionModel> model_;
+  const float* output_ = nullptr;  // the last forward's output, widened (without the head)
 };
 
 }  // namespace scalelab

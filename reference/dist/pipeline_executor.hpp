@@ -9,6 +9,8 @@
 //   backward weight zb-h1's W: the taped products; frees the activations
 //   send            non-blocking (isend of a copy that the executor keeps until it completes)
 //   receive         blocking, into a buffer the next compute action reads
+// Messages are in the chunks' boundary type (dist/pipeline_message.hpp): fp32, or half under
+// mixed precision.
 //
 // Why no deadlock: sends never block, so a rank can only wait in a receive, for a message its
 // neighbour sends right after a compute action that precedes it in the dependency order. The
@@ -25,6 +27,7 @@
 
 #include "comm/communicator.hpp"
 #include "core/memory.hpp"
+#include "dist/pipeline_message.hpp"
 #include "dist/pipeline_stage_model.hpp"
 #include "dist/timeline.hpp"
 #include "schedule/pipeline_schedule.hpp"
@@ -64,14 +67,14 @@ class PipelineExecutor {
 
  private:
   struct Outgoing {
-    Buffer<float> data;
+    Message data;
     Request request;
   };
   void forward(const Action& a);
   void backward(const Action& a, bool input_only);
   void backward_weight(const Action& a);
   // The message a receive filed for this compute action (grad: 0 activations, 1 gradient).
-  Buffer<float> take_received(int grad, const Action& a);
+  Message take_received(int grad, const Action& a);
   // A copy of what this compute action produced, for the send that follows it.
   void keep_for_sending(int grad, const Action& a, const float* data);
   void receive(const Action& a);
@@ -81,6 +84,7 @@ class PipelineExecutor {
   bool has_previous(int chunk) const;
   bool has_next(int chunk) const;
   std::size_t message_elements() const;
+  DataType message_type() const { return model_.chunk_at(0).boundary_type(); }
 
   Communicator& pp_;
   PipelineShape shape_;
@@ -94,8 +98,8 @@ class PipelineExecutor {
   int micro_ = 0, T_ = 0;
   double loss_scale_ = 1, loss_sum_ = 0;
   int in_flight_ = 0;
-  std::map<std::tuple<int, int, int>, Buffer<float>> inbox_;   // (is grad, micro-batch, chunk): received
-  std::map<std::tuple<int, int, int>, Buffer<float>> outbox_;  // (is grad, micro-batch, chunk): to send
+  std::map<std::tuple<int, int, int>, Message> inbox_;   // (is grad, micro-batch, chunk): received
+  std::map<std::tuple<int, int, int>, Message> outbox_;  // (is grad, micro-batch, chunk): to send
   std::vector<Outgoing> sending_;
   PipelineStepStats stats_;
 };

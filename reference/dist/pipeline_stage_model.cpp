@@ -2,6 +2,7 @@
 #include "dist/pipeline_stage_model.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.hpp"
 #include "dist/tp_model.hpp"
@@ -43,24 +44,52 @@ ParamLayout stage_layout(const GPTConfig& config, const std::vector<ModelSlice>&
   return ParamLayout::concatenate(layouts);
 }
 
+std::optional<HalfFormat> half_format_or_none(const std::string& precision) {
+  if (precision == "fp32") return std::nullopt;
+  return parse_half_format(precision);
+}
+
+constexpr std::size_t kStepChunk = 1 << 16;  // the mixed step's gradients unscaled per chunk
+
 }  // namespace
 
 PipelineStageModel::PipelineStageModel(const GPTConfig& config, const PipelineShape& shape, int rank,
-                                       MemoryTracker* tracker, StageTensorParallel tp)
+                                       MemoryTracker* tracker, StageTensorParallel tp, const std::string& precision)
     : config_(config),
       tp_(tp),
       slices_(chunk_slices(config, shape, rank)),
       layout_(stage_layout(config, slices_, tp)),
-      params_(layout_.num_params(), MemCategory::kParams, tracker),
-      grads_(layout_.num_params(), MemCategory::kGrads, tracker) {
+      half_(half_format_or_none(precision)) {
+  const std::size_t n = layout_.num_params();
+  require(!(mixed() && tp.comm), "precision",
+          "--precision " + precision + " with tensor-parallel pipeline stages: their split layers run in fp32",
+          "use --precision fp32 with --tp and --pp");
+  if (mixed()) {
+    half_params_ = Buffer<std::uint16_t>(n, MemCategory::kParams, tracker);
+    half_grads_ = Buffer<std::uint16_t>(n, MemCategory::kGrads, tracker);
+    master_ = Buffer<float>(n, MemCategory::kOptimizer, tracker);
+    step_chunk_ = Buffer<float>(std::min(n, kStepChunk), MemCategory::kWorkspace, tracker);
+  } else {
+    params_ = Buffer<float>(n, MemCategory::kParams, tracker);
+    grads_ = Buffer<float>(n, MemCategory::kGrads, tracker);
+  }
   std::size_t offset = 0;
   for (const ModelSlice& slice : slices_) {
-    float *p = params_.data() + offset, *g = grads_.data() + offset;
-    if (tp.comm)
+    if (mixed()) {
+      MixedStorage storage;  // the chunk's tensors in the stage's flat buffers
+      storage.slice = slice;
+      storage.param_data = half_params_.data() + offset;
+      storage.grad_data = half_grads_.data() + offset;
+      storage.master_data = master_.data() + offset;
       chunks_.push_back(
-          std::make_unique<TensorParallelModel>(config, slice, *tp.comm, tp.sequence_parallel, tracker, p, g));
-    else
-      chunks_.push_back(std::make_unique<GptChunk>(std::make_unique<GPT>(config, tracker, slice, p, g)));
+          std::make_unique<MixedChunk>(std::make_unique<MixedPrecisionModel>(config, *half_, tracker, storage)));
+    } else if (tp.comm) {
+      chunks_.push_back(std::make_unique<TensorParallelModel>(config, slice, *tp.comm, tp.sequence_parallel, tracker,
+                                                              params_.data() + offset, grads_.data() + offset));
+    } else {
+      chunks_.push_back(std::make_unique<GptChunk>(
+          std::make_unique<GPT>(config, tracker, slice, params_.data() + offset, grads_.data() + offset)));
+    }
     offsets_.push_back(offset);
     offset += chunks_.back()->num_params();
   }
@@ -70,8 +99,9 @@ namespace {
 
 template <typename Chunk>
 Chunk& as_gpt_chunk(Chunk* c) {
-  require(c != nullptr, "tp", "a tensor-parallel pipeline stage's chunks are split layers, not GPT slices",
-          "use chunk_at(c) (dist/pipeline_chunk.hpp), which serves either kind");
+  require(c != nullptr, "pp",
+          "this pipeline stage's chunks are tensor-parallel splits or mixed-precision slices, not fp32 GPT slices",
+          "use chunk_at(c) (dist/pipeline_chunk.hpp), which serves every kind");
   return *c;
 }
 
@@ -151,7 +181,30 @@ double PipelineStageModel::forward(const int*, const int*, int, int) { refuse_al
 
 void PipelineStageModel::backward(double) { refuse_alone(); }
 
-void PipelineStageModel::zero_grad() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+void PipelineStageModel::zero_grad() {
+  std::fill(grads_.begin(), grads_.end(), 0.0f);
+  std::fill(half_grads_.begin(), half_grads_.end(), std::uint16_t{0});
+}
+
+float* PipelineStageModel::params() {
+  require(!mixed(), "precision", "the stage's fp32 parameters were asked for, and it keeps them in " + precision_name(),
+          "use master_params() (the fp32 master weights) in mixed precision");
+  return params_.data();
+}
+
+TrainModel::GradBuffer PipelineStageModel::typed_grads() {
+  if (!mixed()) return {grads_.data(), DataType::kFloat32};
+  return {half_grads_.data(), *half_ == HalfFormat::kBF16 ? DataType::kBFloat16 : DataType::kFloat16};
+}
+
+void PipelineStageModel::broadcast_params(Communicator& group, int root) {
+  if (!mixed()) {
+    group.broadcast(params_.data(), num_params(), root);
+    return;
+  }
+  group.broadcast(master_.data(), num_params(), root);
+  float_to_half(half_params_.data(), master_.data(), num_params(), *half_);
+}
 
 void PipelineStageModel::set_checkpoint_policy(const CheckpointPolicy& policy) {
   for (auto& c : chunks_) c->set_checkpoint_policy(policy);
@@ -166,12 +219,38 @@ void PipelineStageModel::init_weights(std::uint64_t seed) {
 }
 
 void PipelineStageModel::set_master_params(const float* values) {
-  std::copy(values, values + num_params(), params_.data());
+  if (!mixed()) {
+    std::copy(values, values + num_params(), params_.data());
+    return;
+  }
+  std::copy(values, values + num_params(), master_.data());
+  float_to_half(half_params_.data(), master_.data(), num_params(), *half_);
 }
 
 TrainModel::StepOutcome PipelineStageModel::optimizer_step(AdamW& optimizer, double lr, double grad_scale,
                                                            double clip) {
-  return fp32_optimizer_step(optimizer, params_.data(), grads_.data(), num_params(), lr, grad_scale, clip);
+  return step_with_norm(optimizer, lr, grad_scale, clip, {}, [](double s) { return s; });
+}
+
+TrainModel::StepOutcome PipelineStageModel::step_with_norm(AdamW& optimizer, double lr, double grad_scale, double clip,
+                                                           const IndexRanges& skip,
+                                                           const std::function<double(double)>& total) {
+  const std::size_t n = num_params();
+  if (!mixed()) {
+    const GradNormFn norm_of = [&](const float* g, std::size_t count) {
+      return std::sqrt(total(sum_squares_skipping(g, 0, count, skip)));
+    };
+    return fp32_optimizer_step(optimizer, params_.data(), grads_.data(), n, lr, grad_scale, clip, norm_of);
+  }
+  // Stage 03's step over the stage's flat buffers, chunk by chunk, with the same norm.
+  MixedNorm norm;
+  norm.share = [&](const float* g, std::size_t offset, std::size_t count) {
+    return sum_squares_skipping_at(g, offset, offset + count, skip);
+  };
+  norm.total = total;
+  const MixedStepBuffers buffers{master_.data(), half_params_.data(), half_grads_.data(), n,
+                                 *half_,         step_chunk_.data(),  step_chunk_.size()};
+  return mixed_optimizer_step(optimizer, buffers, lr, grad_scale, clip, norm);
 }
 
 std::size_t PipelineStageModel::block_forward_count() const {

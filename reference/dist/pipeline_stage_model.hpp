@@ -11,9 +11,22 @@
 //
 // With tensor parallelism (tp x pp) each chunk is this rank's split of its slice
 // (TensorParallelModel, dist/tp_model.hpp), and the flat buffers hold those splits.
+//
+// In mixed precision (stage 03: --precision bf16|fp16) each chunk is a mixed-precision slice
+// (MixedChunk), and the flat buffers are the half parameters and gradients and the fp32 master
+// weights: 2 + 2 + 4 bytes per parameter of the stage, plus AdamW's 8 (the trainer's), as for the
+// whole mixed-precision model. The tensors that cross to the next stage are half.
+//
+// In mixed precision (stage 03: --precision bf16|fp16) each chunk is a mixed-precision slice
+// (MixedChunk), and the flat buffers are the half parameters and gradients and the fp32 master
+// weights: 2 + 2 + 4 bytes per parameter of the stage, plus AdamW's 8 (the trainer's), as for the
+// whole mixed-precision model. The tensors that cross to the next stage are half.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.hpp"
@@ -22,6 +35,7 @@
 #include "dist/tp_layout.hpp"
 #include "model/gpt.hpp"
 #include "model/train_model.hpp"
+#include "precision/half.hpp"
 #include "schedule/pipeline_schedule.hpp"
 
 namespace scalelab {
@@ -41,17 +55,19 @@ class PipelineStageModel final : public TrainModel {
  public:
   // Rank `rank`'s chunks of the pipeline `shape` (p ranks x v chunks), each split over tp.comm
   // when given (the communicator must outlive the model).
+  // precision: "fp32", or "bf16"/"fp16" (mixed precision; not with tensor parallelism).
   PipelineStageModel(const GPTConfig& config, const PipelineShape& shape, int rank, MemoryTracker* tracker,
-                     StageTensorParallel tp = {});
+                     StageTensorParallel tp = {}, const std::string& precision = "fp32");
 
   int chunk_count() const { return static_cast<int>(chunks_.size()); }
   // Chunk c as the executor runs it.
   PipelineChunk& chunk_at(int c) { return *chunks_.at(c); }
   const PipelineChunk& chunk_at(int c) const { return *chunks_.at(c); }
-  // Chunk c's GPT slice (without tensor parallelism; ConfigError with it).
+  // Chunk c's GPT slice (fp32 without tensor parallelism; ConfigError otherwise).
   GPT& chunk(int c);
   const GPT& chunk(int c) const;
   bool tensor_parallel() const { return tp_.comm != nullptr; }
+  bool mixed() const { return half_.has_value(); }
   // Where chunk c's tensors start in the flat buffers.
   std::size_t chunk_offset(int c) const { return offsets_.at(c); }
   // Whether this rank holds model stage 0 (the embeddings) and model stage S-1 (the head, with
@@ -92,22 +108,36 @@ class PipelineStageModel final : public TrainModel {
   void set_checkpoint_policy(const CheckpointPolicy& policy) override;
   void set_attention(AttentionKind kind) override;  // every chunk's (stage 08)
   void init_weights(std::uint64_t seed) override;
-  const float* master_params() const override { return params_.data(); }
-  float* params() { return params_.data(); }
+  // The fp32 parameters, or in mixed precision the fp32 master weights.
+  const float* master_params() const override { return mixed() ? master_.data() : params_.data(); }
+  // The fp32 parameters (fp32 stages only: ZeRO-1's distributed optimizer shards them).
+  float* params();
+  // Sets the parameters (the master weights, rounded into the half parameters).
   void set_master_params(const float* values) override;
+  // Every rank of `group` gets `root`'s parameters (the replicas of a stage start equal).
+  void broadcast_params(Communicator& group, int root);
   // This stage's update, with the gradient norm of this stage alone (PipelineStrategy clips with
-  // the norm over all stages; this is for a one-stage use).
+  // the norm over all stages: step_with_norm; this is for a one-stage use).
   StepOutcome optimizer_step(AdamW& optimizer, double lr, double grad_scale, double clip) override;
-  float* fp32_grads() override { return grads_.data(); }
+  // The update with the whole model's gradient norm: this rank's sum of squares of its unscaled
+  // gradients, leaving out `skip` (counted_elsewhere()), turned into the whole model's by `total`.
+  StepOutcome step_with_norm(AdamW& optimizer, double lr, double grad_scale, double clip, const IndexRanges& skip,
+                             const std::function<double(double)>& total);
+  float* fp32_grads() override { return grads_.data(); }  // null in mixed precision
+  GradBuffer typed_grads() override;
   std::size_t block_forward_count() const override;
-  std::string precision_name() const override { return "fp32"; }
+  std::string precision_name() const override { return mixed() ? half_format_name(*half_) : "fp32"; }
 
  private:
   GPTConfig config_;
   StageTensorParallel tp_;
   std::vector<ModelSlice> slices_;
   ParamLayout layout_;
-  Buffer<float> params_, grads_;
+  std::optional<HalfFormat> half_;                  // mixed precision: the half format
+  Buffer<float> params_, grads_;                    // fp32 (empty in mixed precision)
+  Buffer<std::uint16_t> half_params_, half_grads_;  // mixed precision
+  Buffer<float> master_;                            // mixed precision: fp32 master weights
+  Buffer<float> step_chunk_;                        // mixed precision: the step's fp32 gradient chunk
   std::vector<std::size_t> offsets_;
   std::vector<std::unique_ptr<PipelineChunk>> chunks_;
 };

@@ -11,6 +11,7 @@
 #include "dist/ddp.hpp"
 #include "dist/gather_weights.hpp"
 #include "io/checkpoint.hpp"
+#include "precision/half.hpp"
 #include "train/fp32_model.hpp"
 
 namespace scalelab {
@@ -24,11 +25,50 @@ void refuse_unsupported(const TrainOptions& o) {
           "--schedule zb-h1 with --tp " + std::to_string(o.parallel.tp) +
               ": the split backward (input now, weights later) is not built for tensor-parallel stages",
           "use --schedule 1f1b (or afab, interleaved:V) with --tp");
-  require_cpu_fp32(o, pp, "--pp", "pipeline stages");
+  require_cpu(o, pp, "--pp", "pipeline stages");
+  if (o.precision != "fp32") {  // mixed precision (stage 03) in pipeline stages: fp32's other companions
+    const std::string mixed = pp + " with --precision " + o.precision;
+    require(o.parallel.tp == 1, "precision",
+            mixed + " and --tp " + std::to_string(o.parallel.tp) +
+                ": tensor-parallel stages split fp32 layers in this build",
+            "use --precision fp32 with --tp and --pp, or drop --tp");
+    require(o.parallel.zero == 0, "zero",
+            mixed + " and --zero " + std::to_string(o.parallel.zero) +
+                ": the pipeline's distributed optimizer shards fp32 parameters in this build",
+            "use --precision fp32 with --zero and --pp, or drop --zero");
+    require(o.parallel.schedule != "zb-h1", "schedule",
+            mixed + " and --schedule zb-h1: the split backward (input now, weights later) is built for fp32 stages",
+            "use --schedule 1f1b (or afab, interleaved:V) in mixed precision");
+  }
   require(o.parallel.schedule != "zb-h1" || o.checkpoint.kind == CheckpointPolicy::Kind::kNone, "checkpoint",
           "--schedule zb-h1 defers weight gradients that read the saved activations, and --checkpoint " +
               o.checkpoint.describe() + " recomputes them",
           "drop --checkpoint, or use --schedule 1f1b");
+}
+
+// mine += the peer's copy of the same tensor, on both ranks at once (fp32; half added in fp32 and
+// rounded once, so both ranks round the same sum).
+void add_peer_copy(Communicator& pp, TrainModel::GradBuffer mine, std::size_t n, int peer) {
+  if (mine.type == DataType::kFloat32) {
+    float* g = static_cast<float*>(mine.data);
+    std::vector<float> theirs(n);
+    Request r = pp.isend(g, n, DataType::kFloat32, peer, 0);
+    pp.recv(theirs.data(), n, DataType::kFloat32, peer, 0);
+    pp.wait(r);
+    for (std::size_t i = 0; i < n; ++i) g[i] += theirs[i];
+    return;
+  }
+  const HalfFormat format = mine.type == DataType::kBFloat16 ? HalfFormat::kBF16 : HalfFormat::kFP16;
+  auto* g = static_cast<std::uint16_t*>(mine.data);
+  std::vector<std::uint16_t> theirs(n);
+  Request r = pp.isend(g, n, mine.type, peer, 0);
+  pp.recv(theirs.data(), n, mine.type, peer, 0);
+  pp.wait(r);
+  std::vector<float> a(n), b(n);
+  half_to_float(a.data(), g, n, format);
+  half_to_float(b.data(), theirs.data(), n, format);
+  for (std::size_t i = 0; i < n; ++i) a[i] += b[i];
+  float_to_half(g, a.data(), n, format);
 }
 
 }  // namespace
@@ -71,10 +111,10 @@ std::string PipelineStrategy::describe() const {
   return s;
 }
 
-std::unique_ptr<TrainModel> PipelineStrategy::make_model(const GPTConfig& config, const std::string& /*precision*/,
+std::unique_ptr<TrainModel> PipelineStrategy::make_model(const GPTConfig& config, const std::string& precision,
                                                          MemoryTracker* tracker, const TrainModelFactory& /*whole*/) {
   const StageTensorParallel tp{grid_->shape().tp > 1 ? &grid_->tp() : nullptr, sequence_parallel_};
-  auto model = std::make_unique<PipelineStageModel>(config, shape_, grid_->coord().pp, tracker, tp);
+  auto model = std::make_unique<PipelineStageModel>(config, shape_, grid_->coord().pp, tracker, tp, precision);
   stage_ = model.get();
   tracker_ = tracker;
   counted_elsewhere_ = stage_->counted_elsewhere();
@@ -93,7 +133,7 @@ void PipelineStrategy::attach(const StrategyContext& ctx) {
   batch_rows_ = ctx.options.batch;
   check_replicas_agree(world_, ctx.run_description);
   if (d > 1) {  // the replicas of one stage start from dp rank 0's parameters (as DDP's do)
-    grid_->dp().broadcast(stage_->params(), stage_->num_params(), 0);
+    stage_->broadcast_params(grid_->dp(), 0);
   }
   executor_ = std::make_unique<PipelineExecutor>(grid_->pp(), shape_, *stage_, tracker_, &timeline_);
 }
@@ -119,20 +159,14 @@ void PipelineStrategy::sync_gradients(TrainModel& /*model*/) {
   stage_->finish_gradients();
   // 1. The tied embedding: model stage 0 (pp rank 0) and the last model stage (pp rank p - 1)
   //    each add the other's gradient of wte. a + b and b + a are the same float, so the copies
-  //    stay bitwise equal.
-  if (p > 1 && (stage_->holds_embeddings() || stage_->holds_head())) {
-    const std::size_t n = stage_->wte_numel();
-    float* mine = stage_->fp32_grads() + stage_->wte_offset();
-    const int peer = stage_->holds_embeddings() ? p - 1 : 0;
-    std::vector<float> theirs(n);
-    Request r = pp.isend(mine, n, DataType::kFloat32, peer, 0);
-    pp.recv(theirs.data(), n, DataType::kFloat32, peer, 0);
-    pp.wait(r);
-    for (std::size_t i = 0; i < n; ++i) mine[i] += theirs[i];
-  }
+  //    stay bitwise equal (in mixed precision: added in fp32, rounded once to half).
+  const TrainModel::GradBuffer grads = stage_->typed_grads();
+  if (p > 1 && (stage_->holds_embeddings() || stage_->holds_head()))
+    add_peer_copy(pp, grads + stage_->wte_offset(), stage_->wte_numel(), stage_->holds_embeddings() ? p - 1 : 0);
   // 2. One all-reduce per step over the replicas of this stage, after every backward (under
-  //    ZeRO-1 its first half, the reduce-scatter; the all-gather follows the update).
-  reduce_over_replicas(zero_, grid_->dp(), stage_->fp32_grads(), stage_->num_params());
+  //    ZeRO-1 its first half, the reduce-scatter; the all-gather follows the update), in the
+  //    gradients' type.
+  reduce_over_replicas(zero_, grid_->dp(), grads, stage_->num_params());
 
   report_ = {};
   report_.bytes_sent += pp.stats()[CommOp::kSend].bytes_sent - pp_before_[CommOp::kSend].bytes_sent;
@@ -246,13 +280,11 @@ TrainModel::StepOutcome PipelineStrategy::optimizer_step(TrainModel& /*model*/, 
     report_.bytes_sent += zero_->gathered_bytes();  // read after the update, so the all-gather counts
     return out;
   }
-  const GradNormFn norm_of = [&](const float* g, std::size_t n) {
-    double s = sum_squares_skipping(g, 0, n, counted_elsewhere_);
+  const auto total = [&](double s) {
     model_ranks().all_reduce(&s, 1);
-    return std::sqrt(s);
+    return s;
   };
-  return fp32_optimizer_step(optimizer, stage_->params(), stage_->fp32_grads(), stage_->num_params(), lr, grad_scale,
-                             clip, norm_of);
+  return stage_->step_with_norm(optimizer, lr, grad_scale, clip, counted_elsewhere_, total);
 }
 
 double PipelineStrategy::evaluate(TrainModel& /*model*/, const int* inputs, const int* targets, int rows, int T) {

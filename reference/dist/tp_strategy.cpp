@@ -99,7 +99,7 @@ double TensorParallelStrategy::run_micro_batches(TrainModel& model, const Global
 void TensorParallelStrategy::sync_gradients(TrainModel& /*model*/) {
   model_->finish_gradients();
   step_ledger_ = model_->group().ledger;
-  reduce_over_replicas(zero_, grid_->dp(), model_->grads(), model_->num_params());
+  reduce_over_replicas(zero_, grid_->dp(), {model_->grads(), DataType::kFloat32}, model_->num_params());
   report_ = {};
   report_.bytes_sent = bytes_of(grid_->tp().stats(), tp_before_) + bytes_of(grid_->dp().stats(), dp_before_);
   report_.comm_seconds = collective_seconds(grid_->tp().stats()) - collective_seconds(tp_before_) +

@@ -25,6 +25,7 @@ struct StrategyHarness {
   std::unique_ptr<scalelab::TrainModel> model;
   std::unique_ptr<scalelab::AdamW> optimizer;
   int T = 0;
+  double loss_scale = 1.0;  // the loss is multiplied by it (fp16's scaler); the step divides it out
 
   // Builds the strategy's model for `config` (in options.precision, fp32 by default), its
   // optimizer, initialises the weights from `seed` and attaches the strategy, as the trainer does.
@@ -47,11 +48,11 @@ struct StrategyHarness {
     model->zero_grad();
     const scalelab::GlobalBatch b{tokens.data(), targets.data(), options.batch, T, options.micro_batches()};
     strategy_->begin_step(b);
-    const double local = strategy_->run_micro_batches(*model, b, 1.0);
+    const double local = strategy_->run_micro_batches(*model, b, loss_scale);
     strategy_->sync_gradients(*model);
     return strategy_->mean_loss(local);
   }
-  void update() { strategy_->optimizer_step(*model, *optimizer, options.adamw.lr, 1.0, 0.0); }
+  void update() { strategy_->optimizer_step(*model, *optimizer, options.adamw.lr, 1.0 / loss_scale, 0.0); }
 
  private:
   scalelab::ParallelStrategy* strategy_ = nullptr;

@@ -355,7 +355,7 @@ TEST_CASE("bad pipeline settings fail on every rank with one message", "[pipelin
       {"interleaved without V", 2, 4, 8, "interleaved", "schedule"},
       {"unknown schedule", 2, 4, 8, "pipedream", "schedule"},
       {"a grid that does not divide the ranks", n + 1, 2, 8, "1f1b", "pp"},
-      {"half precision", n, 2, 8, "1f1b", "--precision fp32 with --pp", "bf16"},
+      {"half precision with zb-h1", n, 2, 8, "zb-h1", "in mixed precision", "bf16"},
   };
   for (const Case& c : cases) {
     TrainOptions o;

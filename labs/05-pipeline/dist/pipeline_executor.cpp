@@ -115,19 +115,17 @@ double PipelineExecutor::run(const RankSchedule& schedule, const int* inputs, co
   return model_.holds_head() ? loss_sum_ / m : 0.0;
 }
 
-Buffer<float> PipelineExecutor::take_received(int grad, const Action& a) {
+Message PipelineExecutor::take_received(int grad, const Action& a) {
   const auto it = inbox_.find({grad, a.micro_batch, a.chunk});
   SCALELAB_CHECK(it != inbox_.end(), "rank ", rank_, ": ", describe_action(a), " before its ",
                  grad ? "gradient" : "activations", " were received (a schedule without the receive)");
-  Buffer<float> b = std::move(it->second);
+  Message m = std::move(it->second);
   inbox_.erase(it);
-  return b;
+  return m;
 }
 
 void PipelineExecutor::keep_for_sending(int grad, const Action& a, const float* data) {
-  Buffer<float> out(message_elements(), MemCategory::kComm, tracker_);
-  std::copy(data, data + out.size(), out.data());
-  outbox_[{grad, a.micro_batch, a.chunk}] = std::move(out);
+  outbox_[{grad, a.micro_batch, a.chunk}] = Message::of(data, message_elements(), message_type(), tracker_);
 }
 
 void PipelineExecutor::forward(const Action& a) {
@@ -135,8 +133,8 @@ void PipelineExecutor::forward(const Action& a) {
   const std::size_t offset = static_cast<std::size_t>(a.micro_batch) * micro_ * T_;
   const int* tokens = chunk.slice().embeddings ? inputs_ + offset : nullptr;
   const int* targets = chunk.slice().head ? targets_ + offset : nullptr;
-  const Buffer<float> input = has_previous(a.chunk) ? take_received(0, a) : Buffer<float>();
-  const float loss = chunk.forward_slice(tokens, input.data(), targets, micro_, T_);
+  Message input = has_previous(a.chunk) ? take_received(0, a) : Message();
+  const float loss = chunk.forward_slice(tokens, input.as_float(), targets, micro_, T_);
   if (chunk.slice().head) loss_sum_ += loss;
   if (has_next(a.chunk)) keep_for_sending(0, a, chunk.output());
   chunk.stash_activations(a.micro_batch);
@@ -146,14 +144,14 @@ void PipelineExecutor::forward(const Action& a) {
 void PipelineExecutor::backward(const Action& a, bool input_only) {
   PipelineChunk& chunk = model_.chunk_at(a.chunk);
   chunk.restore_activations(a.micro_batch);
-  const Buffer<float> dout = has_next(a.chunk) ? take_received(1, a) : Buffer<float>();
+  Message dout = has_next(a.chunk) ? take_received(1, a) : Message();
   // Each micro-batch's loss is a mean over its own rows: 1/m makes the sum over the m
   // micro-batches the gradient of the whole batch's mean (as stage 01's accumulation).
   const float scale = static_cast<float>(loss_scale_ / shape_.micro_batches);
   if (input_only)
-    chunk.backward_input(dout.data(), scale);
+    chunk.backward_input(dout.as_float(), scale);
   else
-    chunk.backward_slice(dout.data(), scale);
+    chunk.backward_slice(dout.as_float(), scale);
   if (has_previous(a.chunk)) keep_for_sending(1, a, chunk.input_grad());
   if (input_only)
     chunk.stash_activations(a.micro_batch);  // W still reads them
@@ -209,14 +207,17 @@ double PipelineExecutor::evaluate(const int* inputs, const int* targets, int row
   for (int s = 0; s < S; ++s) {
     if (s % shape_.stages != rank_) continue;
     PipelineChunk& chunk = model_.chunk_at(s / shape_.stages);
-    Buffer<float> in;
+    Message in;
     if (s > 0) {
-      in = Buffer<float>(n, MemCategory::kComm, tracker_);
-      pp_.recv(in.data(), n, DataType::kFloat32, (s - 1) % shape_.stages, 2 * s);
+      in = Message(n, message_type(), tracker_);
+      pp_.recv(in.data(), n, in.type(), (s - 1) % shape_.stages, 2 * s);
     }
-    const float l = chunk.forward_slice(inputs, in.data(), targets, rows, T);
+    const float l = chunk.forward_slice(inputs, in.as_float(), targets, rows, T);
     if (s == S - 1) loss = l;
-    if (s < S - 1) pp_.send(chunk.output(), n, DataType::kFloat32, (s + 1) % shape_.stages, 2 * (s + 1));
+    if (s < S - 1) {
+      Message out = Message::of(chunk.output(), n, message_type(), tracker_);
+      pp_.send(out.data(), n, out.type(), (s + 1) % shape_.stages, 2 * (s + 1));
+    }
     chunk.release_activations();
   }
   return loss;
