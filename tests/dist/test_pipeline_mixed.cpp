@@ -146,6 +146,53 @@ TEST_CASE("mixed-precision pipeline: gradients and updates equal the whole mixed
       for (const std::string& schedule : schedules_for(world.size(), m)) check_against_whole(world, f, m, schedule);
 }
 
+TEST_CASE("mixed-precision dp x pp: one all-reduce per step in half, and the gradients of dp alone",
+          "[pipeline_mixed]") {
+  Communicator& world = test_world();
+  if (world.size() != 4) return;  // 2 stages x 2 replicas
+  const int m = 3, dp = 2, B = kRows * m * dp;
+  const Batch batch = random_batch(kV, B, kT, 9);
+  for (HalfFormat f : kFormats) {
+    INFO(where(world) << ", " << half_format_name(f));
+    const double scale = loss_scale_of(f);
+    PipelineHarness h(world, config(), 2, m, "1f1b", B, kT, kSeed, half_format_name(f), scale);
+    Communicator& dpc = h.strategy->grid().dp();
+    const auto calls = dpc.stats()[CommOp::kAllReduce].calls;
+    h.model->zero_grad();
+    const GlobalBatch b{batch.tokens.data(), batch.targets.data(), B, kT, m};
+    h.strategy->begin_step(b);
+    h.strategy->run_micro_batches(*h.model, b, scale);
+    CHECK(dpc.stats()[CommOp::kAllReduce].calls == calls);  // nothing during the micro-batches
+    const std::uint64_t sent = dpc.stats()[CommOp::kAllReduce].bytes_sent;
+    h.strategy->sync_gradients(*h.model);
+    CHECK(dpc.stats()[CommOp::kAllReduce].calls == calls + 1);  // once, after the last backward
+    const std::size_t n = h.model->num_params();
+    // In half: 2 (d - 1) / d times the buffer's 2 n bytes (fp32 would send 4 n).
+    CHECK(dpc.stats()[CommOp::kAllReduce].bytes_sent - sent == 2 * n);
+    // dp alone: the whole mixed model on this replica's rows, m micro-batches (loss scaled by
+    // scale / dp, as the strategy scales it), its half gradients all-reduced over the same group.
+    MixedPrecisionModel whole(config(), f, nullptr);
+    whole.init_weights(kSeed);
+    const int local = B / dp;
+    const std::size_t offset = static_cast<std::size_t>(h.strategy->grid().coord().dp) * local * kT;
+    accumulate_gradients(whole, batch.tokens.data() + offset, batch.targets.data() + offset, local, kT, m, scale / dp);
+    const TrainModel::GradBuffer wg = whole.typed_grads();
+    dpc.all_reduce(wg.data, wg.data, whole.num_params(), wg.type, ReduceOp::kSum);
+    const std::vector<float> want = whole.grads_as_float();
+    std::vector<float> got(n);
+    half_to_float(got.data(), static_cast<const std::uint16_t*>(h.model->typed_grads().data), n, f);
+    const ParamLayout layout(config());
+    for (const auto& t : h.model->layout().tensors()) {
+      const float* want_t = want.data() + layout.find(t.name).offset;
+      if (t.name == "transformer.wte.weight") {  // as in the pipeline alone (the file's header)
+        CHECK(relative_norm_error(got.data() + t.offset, want_t, t.numel) <= 4 * unit_roundoff(f));
+        continue;
+      }
+      CHECK_MATCH(compare_bitwise("dp x pp vs dp half gradient " + t.name, got.data() + t.offset, want_t, t.numel));
+    }
+  }
+}
+
 TEST_CASE("mixed-precision pipeline: half messages, 2 + 2 + 4 bytes per parameter, half activations in flight",
           "[pipeline_mixed]") {
   Communicator& world = test_world();

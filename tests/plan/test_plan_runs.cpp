@@ -137,6 +137,26 @@ TEST_CASE("a pipeline over every rank: memory per pipeline rank as the planner p
     check_against_plan(world, {1, world.size(), 0, 4, false, schedule});
 }
 
+TEST_CASE("a pipeline in bf16, and dp x pp in bf16: memory and traffic as the planner predicts",
+          "[plan_runs]") {
+  // Stage 03 inside stage 05: 2 + 2 + 12 bytes per parameter of the stage, half activations, and
+  // the messages, the tied embedding's sum and the replicas' all-reduce in half.
+  Communicator& world = test_world();
+  if (world.size() == 2)
+    for (const char* schedule : {"afab", "1f1b"}) {
+      Run r{1, 2, 0, 4, false, schedule};
+      r.precision = "bf16";
+      check_against_plan(world, r);
+      r.checkpoint = "every";
+      check_against_plan(world, r);
+    }
+  if (world.size() == 4) {
+    Run r{1, 2, 0, 2, false, "1f1b", "sqrt"};
+    r.precision = "bf16";
+    check_against_plan(world, r);
+  }
+}
+
 TEST_CASE("composed layouts, tp x pp, and dp x pp and dp x tp with and without ZeRO-1: as the planner predicts",
           "[plan_runs]") {
   Communicator& world = test_world();
