@@ -14,6 +14,12 @@
 // per rank 4 n + 4 n + 8 n/d instead of 16 n (ZeRO stage 1 for this rank's part of the model).
 // ZeRO-2 and -3 are not offered with a pipeline (dist/../parallel/strategy_factory.cpp says why).
 //
+// In mixed precision (stage 03; a pipeline stage of mixed-precision chunks) the buffers are half,
+// and the rank keeps the fp32 master weights of its shard only (the stage allocates just those):
+// the gradients are reduce-scattered and the parameters all-gathered in half, and the step is
+// stage 03's on the shard: per rank 2 n + 2 n + 12 n/d bytes, the ZeRO paper's stage 1 in mixed
+// precision (Megatron-LM's distributed optimizer, here with half gradients).
+//
 // The class wraps the rank's model as a TrainModel, so the trainer sizes its AdamW from
 // num_params() (the shard) and checkpoints master_params() (the shard), as for ZeroModel; the
 // strategy that built it runs the inner model (its executor, its collectives) and calls
@@ -22,7 +28,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +39,7 @@
 #include "dist/norm_share.hpp"
 #include "io/checkpoint.hpp"
 #include "model/train_model.hpp"
+#include "precision/half.hpp"
 
 namespace scalelab {
 
@@ -39,6 +48,16 @@ class DistributedOptimizer final : public TrainModel {
   // inner: this rank's part of the model; params and grads: its flat buffers of
   // inner->num_params() elements. dp: the data-parallel group (outlives this object).
   DistributedOptimizer(std::unique_ptr<TrainModel> inner, float* params, float* grads, Communicator& dp,
+                       MemoryTracker* tracker);
+  // Mixed precision: the half flat buffers, and master, this rank's shard of the fp32 master
+  // weights (shard_size() values, kept by the inner model).
+  struct HalfBuffers {
+    std::uint16_t* params;
+    std::uint16_t* grads;
+    float* master;
+    HalfFormat format;
+  };
+  DistributedOptimizer(std::unique_ptr<TrainModel> inner, const HalfBuffers& half, Communicator& dp,
                        MemoryTracker* tracker);
 
   TrainModel& inner() { return *inner_; }
@@ -62,6 +81,9 @@ class DistributedOptimizer final : public TrainModel {
   TrainCheckpoint gather(const TrainCheckpoint& mine);
   // This rank's shard of values of the inner model's size.
   std::vector<float> shard_of(const std::vector<float>& inner_values) const;
+  // The inner model's parameters in fp32 (collective over dp): its buffer, or in mixed precision
+  // every replica's master shard put together.
+  std::vector<float> gathered_params();
 
   const GPTConfig& config() const override { return inner_->config(); }
   const ParamLayout& layout() const override { return inner_->layout(); }
@@ -74,25 +96,33 @@ class DistributedOptimizer final : public TrainModel {
   void set_checkpoint_policy(const CheckpointPolicy& policy) override { inner_->set_checkpoint_policy(policy); }
   void set_attention(AttentionKind kind) override { inner_->set_attention(kind); }
   void init_weights(std::uint64_t seed) override { inner_->init_weights(seed); }
-  // The shard (shard_size() values).
-  const float* master_params() const override { return params_ + shard_begin(); }
+  // The shard (shard_size() values): of the parameters, or of the master weights.
+  const float* master_params() const override { return half_ ? half_->master : params_ + shard_begin(); }
   // Collective over dp: sets this rank's shard and all-gathers the buffer.
   void set_master_params(const float* values) override;
   // Every tensor counted once on this rank: for a model that is not split further.
   StepOutcome optimizer_step(AdamW& optimizer, double lr, double grad_scale, double clip) override;
-  float* fp32_grads() override { return grads_; }
+  float* fp32_grads() override { return grads_; }  // null in mixed precision
+  GradBuffer typed_grads() override { return inner_->typed_grads(); }
   std::size_t block_forward_count() const override { return inner_->block_forward_count(); }
   std::string precision_name() const override { return inner_->precision_name(); }
 
  private:
   void all_gather_params();
+  DataType type() const;
+  StepOutcome mixed_step(AdamW& optimizer, double lr, double grad_scale, double clip, const IndexRanges& skip,
+                         const std::function<double(double)>& total);
 
   std::unique_ptr<TrainModel> inner_;
-  float* params_;
-  float* grads_;
+  float* params_ = nullptr;  // fp32
+  float* grads_ = nullptr;
+  std::optional<HalfBuffers> half_;  // mixed precision
   Communicator& dp_;
   BlockPartition partition_;
-  Buffer<float> reduced_;  // the reduce-scatter's receive buffer (the shard's size; it may not overlap the send)
+  // The reduce-scatter's receive buffer (the shard's size; it may not overlap the send).
+  Buffer<float> reduced_;
+  Buffer<std::uint16_t> reduced_half_;
+  Buffer<float> step_chunk_;  // mixed precision: the step's fp32 gradient chunk (workspace)
   std::uint64_t gathered_bytes_ = 0;
 };
 

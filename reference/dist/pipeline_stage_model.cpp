@@ -54,7 +54,8 @@ constexpr std::size_t kStepChunk = 1 << 16;  // the mixed step's gradients unsca
 }  // namespace
 
 PipelineStageModel::PipelineStageModel(const GPTConfig& config, const PipelineShape& shape, int rank,
-                                       MemoryTracker* tracker, StageTensorParallel tp, const std::string& precision)
+                                       MemoryTracker* tracker, StageTensorParallel tp, const std::string& precision,
+                                       MasterShard master)
     : config_(config),
       tp_(tp),
       slices_(chunk_slices(config, shape, rank)),
@@ -64,10 +65,13 @@ PipelineStageModel::PipelineStageModel(const GPTConfig& config, const PipelineSh
   require(!(mixed() && tp.comm), "precision",
           "--precision " + precision + " with tensor-parallel pipeline stages: their split layers run in fp32",
           "use --precision fp32 with --tp and --pp");
+  const BlockPartition shard{n, master.parts};
+  const std::size_t master_begin = shard.offset(master.rank), master_end = master_begin + shard.size(master.rank);
+  master_sharded_ = master.parts > 1;
   if (mixed()) {
     half_params_ = Buffer<std::uint16_t>(n, MemCategory::kParams, tracker);
     half_grads_ = Buffer<std::uint16_t>(n, MemCategory::kGrads, tracker);
-    master_ = Buffer<float>(n, MemCategory::kOptimizer, tracker);
+    master_ = Buffer<float>(master_end - master_begin, MemCategory::kOptimizer, tracker);
     step_chunk_ = Buffer<float>(std::min(n, kStepChunk), MemCategory::kWorkspace, tracker);
   } else {
     params_ = Buffer<float>(n, MemCategory::kParams, tracker);
@@ -76,11 +80,18 @@ PipelineStageModel::PipelineStageModel(const GPTConfig& config, const PipelineSh
   std::size_t offset = 0;
   for (const ModelSlice& slice : slices_) {
     if (mixed()) {
-      MixedStorage storage;  // the chunk's tensors in the stage's flat buffers
+      // The chunk's tensors in the stage's flat buffers; its master weights: the part of the
+      // stage's held range [master_begin, master_end) that falls on the chunk.
+      const std::size_t chunk_end = offset + ParamLayout(config, slice).num_params();
+      const std::size_t held_begin = std::clamp(master_begin, offset, chunk_end);
+      const std::size_t held_end = std::clamp(master_end, held_begin, chunk_end);
+      MixedStorage storage;
       storage.slice = slice;
       storage.param_data = half_params_.data() + offset;
       storage.grad_data = half_grads_.data() + offset;
-      storage.master_data = master_.data() + offset;
+      storage.master_begin = held_begin - offset;
+      storage.master_end = held_end - offset;
+      storage.master_data = master_.data() + (held_begin - master_begin);
       chunks_.push_back(
           std::make_unique<MixedChunk>(std::make_unique<MixedPrecisionModel>(config, *half_, tracker, storage)));
     } else if (tp.comm) {
@@ -202,6 +213,10 @@ void PipelineStageModel::broadcast_params(Communicator& group, int root) {
     group.broadcast(params_.data(), num_params(), root);
     return;
   }
+  if (master_sharded_) {
+    group.broadcast(half_params_.data(), num_params(), typed_grads().type, root);
+    return;
+  }
   group.broadcast(master_.data(), num_params(), root);
   float_to_half(half_params_.data(), master_.data(), num_params(), *half_);
 }
@@ -223,8 +238,15 @@ void PipelineStageModel::set_master_params(const float* values) {
     std::copy(values, values + num_params(), params_.data());
     return;
   }
+  require_all_master("set_master_params");
   std::copy(values, values + num_params(), master_.data());
   float_to_half(half_params_.data(), master_.data(), num_params(), *half_);
+}
+
+void PipelineStageModel::require_all_master(const char* what) const {
+  SCALELAB_CHECK(!master_sharded_, what,
+                 ": this stage holds a shard of its master weights; the distributed optimizer "
+                 "(dist/distributed_optimizer.hpp) sets them and steps");
 }
 
 TrainModel::StepOutcome PipelineStageModel::optimizer_step(AdamW& optimizer, double lr, double grad_scale,
@@ -243,6 +265,7 @@ TrainModel::StepOutcome PipelineStageModel::step_with_norm(AdamW& optimizer, dou
     return fp32_optimizer_step(optimizer, params_.data(), grads_.data(), n, lr, grad_scale, clip, norm_of);
   }
   // Stage 03's step over the stage's flat buffers, chunk by chunk, with the same norm.
+  require_all_master("step_with_norm");
   MixedNorm norm;
   norm.share = [&](const float* g, std::size_t offset, std::size_t count) {
     return sum_squares_skipping_at(g, offset, offset + count, skip);

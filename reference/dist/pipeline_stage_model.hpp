@@ -44,6 +44,13 @@ namespace scalelab {
 // there are more model stages than blocks.
 ModelSlice pipeline_stage_slice(const GPTConfig& config, int stage, int stages);
 
+// Under the distributed optimizer in mixed precision (dist/distributed_optimizer.hpp): the stage
+// keeps the fp32 master weights of one shard of its flat buffer only, shard `rank` of `parts`
+// (BlockPartition, the collectives' cut). The default, one part, keeps them all.
+struct MasterShard {
+  int rank = 0, parts = 1;
+};
+
 // Tensor parallelism inside each pipeline stage (tp x pp): the group and whether the
 // LayerNorm/residual regions are split along the sequence.
 struct StageTensorParallel {
@@ -55,9 +62,10 @@ class PipelineStageModel final : public TrainModel {
  public:
   // Rank `rank`'s chunks of the pipeline `shape` (p ranks x v chunks), each split over tp.comm
   // when given (the communicator must outlive the model).
-  // precision: "fp32", or "bf16"/"fp16" (mixed precision; not with tensor parallelism).
+  // precision: "fp32", or "bf16"/"fp16" (mixed precision; not with tensor parallelism), with the
+  // master weights of `master` only.
   PipelineStageModel(const GPTConfig& config, const PipelineShape& shape, int rank, MemoryTracker* tracker,
-                     StageTensorParallel tp = {}, const std::string& precision = "fp32");
+                     StageTensorParallel tp = {}, const std::string& precision = "fp32", MasterShard master = {});
 
   int chunk_count() const { return static_cast<int>(chunks_.size()); }
   // Chunk c as the executor runs it.
@@ -108,13 +116,20 @@ class PipelineStageModel final : public TrainModel {
   void set_checkpoint_policy(const CheckpointPolicy& policy) override;
   void set_attention(AttentionKind kind) override;  // every chunk's (stage 08)
   void init_weights(std::uint64_t seed) override;
-  // The fp32 parameters, or in mixed precision the fp32 master weights.
+  // The fp32 parameters, or in mixed precision the fp32 master weights held (all of them, or the
+  // MasterShard's).
   const float* master_params() const override { return mixed() ? master_.data() : params_.data(); }
+  float* held_master() { return master_.data(); }
+  std::uint16_t* half_params() { return half_params_.data(); }
+  std::uint16_t* half_grads() { return half_grads_.data(); }
+  HalfFormat half_format() const { return half_.value(); }
   // The fp32 parameters (fp32 stages only: ZeRO-1's distributed optimizer shards them).
   float* params();
   // Sets the parameters (the master weights, rounded into the half parameters).
   void set_master_params(const float* values) override;
-  // Every rank of `group` gets `root`'s parameters (the replicas of a stage start equal).
+  // Every rank of `group` gets `root`'s parameters (the replicas of a stage start equal). With a
+  // MasterShard only the half parameters travel: each replica drew its master shard from the same
+  // initialisation (and a loaded checkpoint sets it shard by shard).
   void broadcast_params(Communicator& group, int root);
   // This stage's update, with the gradient norm of this stage alone (PipelineStrategy clips with
   // the norm over all stages: step_with_norm; this is for a one-stage use).
@@ -129,6 +144,8 @@ class PipelineStageModel final : public TrainModel {
   std::string precision_name() const override { return mixed() ? half_format_name(*half_) : "fp32"; }
 
  private:
+  void require_all_master(const char* what) const;
+
   GPTConfig config_;
   StageTensorParallel tp_;
   std::vector<ModelSlice> slices_;
@@ -136,8 +153,9 @@ class PipelineStageModel final : public TrainModel {
   std::optional<HalfFormat> half_;                  // mixed precision: the half format
   Buffer<float> params_, grads_;                    // fp32 (empty in mixed precision)
   Buffer<std::uint16_t> half_params_, half_grads_;  // mixed precision
-  Buffer<float> master_;                            // mixed precision: fp32 master weights
-  Buffer<float> step_chunk_;                        // mixed precision: the step's fp32 gradient chunk
+  Buffer<float> master_;                            // mixed precision: fp32 master weights (or a shard)
+  bool master_sharded_ = false;
+  Buffer<float> step_chunk_;  // mixed precision: the step's fp32 gradient chunk
   std::vector<std::size_t> offsets_;
   std::vector<std::unique_ptr<PipelineChunk>> chunks_;
 };

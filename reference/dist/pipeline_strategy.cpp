@@ -32,10 +32,6 @@ void refuse_unsupported(const TrainOptions& o) {
             mixed + " and --tp " + std::to_string(o.parallel.tp) +
                 ": tensor-parallel stages split fp32 layers in this build",
             "use --precision fp32 with --tp and --pp, or drop --tp");
-    require(o.parallel.zero == 0, "zero",
-            mixed + " and --zero " + std::to_string(o.parallel.zero) +
-                ": the pipeline's distributed optimizer shards fp32 parameters in this build",
-            "use --precision fp32 with --zero and --pp, or drop --zero");
     require(o.parallel.schedule != "zb-h1", "schedule",
             mixed + " and --schedule zb-h1: the split backward (input now, weights later) is built for fp32 stages",
             "use --schedule 1f1b (or afab, interleaved:V) in mixed precision");
@@ -114,13 +110,24 @@ std::string PipelineStrategy::describe() const {
 std::unique_ptr<TrainModel> PipelineStrategy::make_model(const GPTConfig& config, const std::string& precision,
                                                          MemoryTracker* tracker, const TrainModelFactory& /*whole*/) {
   const StageTensorParallel tp{grid_->shape().tp > 1 ? &grid_->tp() : nullptr, sequence_parallel_};
-  auto model = std::make_unique<PipelineStageModel>(config, shape_, grid_->coord().pp, tracker, tp, precision);
+  // Under ZeRO-1 in mixed precision the stage keeps only its replica's shard of the master weights.
+  const bool mixed = precision != "fp32";
+  const MasterShard master = zero_stage_ > 0 && mixed ? MasterShard{grid_->dp().rank(), grid_->dp().size()}
+                                                      : MasterShard{};
+  auto model = std::make_unique<PipelineStageModel>(config, shape_, grid_->coord().pp, tracker, tp, precision, master);
   stage_ = model.get();
   tracker_ = tracker;
   counted_elsewhere_ = stage_->counted_elsewhere();
   if (zero_stage_ == 0) return model;
-  float *params = stage_->params(), *grads = stage_->fp32_grads();
-  auto wrapped = std::make_unique<DistributedOptimizer>(std::move(model), params, grads, grid_->dp(), tracker);
+  std::unique_ptr<DistributedOptimizer> wrapped;
+  if (mixed) {
+    const DistributedOptimizer::HalfBuffers half{stage_->half_params(), stage_->half_grads(), stage_->held_master(),
+                                                 stage_->half_format()};
+    wrapped = std::make_unique<DistributedOptimizer>(std::move(model), half, grid_->dp(), tracker);
+  } else {
+    wrapped = std::make_unique<DistributedOptimizer>(std::move(model), stage_->params(), stage_->fp32_grads(),
+                                                     grid_->dp(), tracker);
+  }
   zero_ = wrapped.get();
   return wrapped;
 }
@@ -303,9 +310,13 @@ void PipelineStrategy::save_checkpoint(const TrainCheckpoint& checkpoint, const 
 }
 
 void PipelineStrategy::save_weights(const TrainModel& /*model*/, const std::string& path) const {
-  // The stage's whole parameters (under ZeRO-1 too: the all-gather after each step restores them).
+  // The stage's whole parameters (under ZeRO-1 too: the all-gather after each step restores them;
+  // in mixed precision the master shards are put together, collectively over the replicas).
+  const std::vector<float> values = zero_ ? zero_->gathered_params()
+                                          : std::vector<float>(stage_->master_params(),
+                                                               stage_->master_params() + stage_->num_params());
   if (grid_->coord().dp == 0)
-    gather_and_save_weights(model_ranks(), path, stage_->config(), stage_->held(stage_->master_params()));
+    gather_and_save_weights(model_ranks(), path, stage_->config(), stage_->held(values.data()));
   world_.barrier();  // the file is complete when any rank returns
 }
 

@@ -49,7 +49,7 @@ MixedPrecisionModel::MixedPrecisionModel(const GPTConfig& config, HalfFormat for
       layout_(config, slice_),
       format_(format),
       tracker_(tracker),
-      master_begin_(storage.master_data ? 0 : std::min(storage.master_begin, layout_.num_params())),
+      master_begin_(std::min(storage.master_begin, layout_.num_params())),
       params_(storage.params && !storage.param_data ? layout_.num_params() : 0, MemCategory::kParams, tracker),
       grads_(storage.grads && !storage.grad_data ? layout_.num_params() : 0, MemCategory::kGrads, tracker),
       master_(storage.master_data
@@ -61,12 +61,14 @@ MixedPrecisionModel::MixedPrecisionModel(const GPTConfig& config, HalfFormat for
       master_data_(storage.master_data ? storage.master_data : master_.data()),
       param_count_(param_data_ ? layout_.num_params() : 0),
       grad_count_(grad_data_ ? layout_.num_params() : 0),
-      master_count_(storage.master_data ? layout_.num_params() : master_.size()),
+      master_count_(storage.master_data
+                        ? std::max(std::min(storage.master_end, layout_.num_params()), master_begin_) - master_begin_
+                        : master_.size()),
       offsets_(tensor_offsets(layout_, slice_)),
       block_params_(ParamLayout(config_, ModelSlice{0, 1, false, false}).num_params()),
       chunk_(std::min(layout_.num_params(), kStepChunk), MemCategory::kWorkspace, tracker) {
-  SCALELAB_CHECK(!storage.param_data == !storage.grad_data && !storage.grad_data == !storage.master_data,
-                 "caller-owned storage is all three buffers or none");
+  SCALELAB_CHECK(!storage.param_data == !storage.grad_data && (storage.param_data || !storage.master_data),
+                 "caller-owned storage is the parameters and gradients, and the master weights held, or none");
   // Weight staging for what the slice holds: one block, the tied wte (with the embeddings or the
   // head), wpe (with the embeddings), ln_f (with the head).
   const std::size_t C = config_.channels;

@@ -89,8 +89,9 @@ struct MixedStorage {
   bool grads = true;   // false: no gradient buffer; set_grad_storage says where gradients go
   bool params = true;  // false: no half parameters; set_param_source says where they are
   ModelSlice slice;    // the blocks held, with or without the embeddings and the head (model/slice.hpp)
-  // Storage the caller owns and counts (num_params() elements each; all three or none): the model
-  // allocates none of its own. The master weights are then all held.
+  // Storage the caller owns and counts: num_params() half parameters and gradients, and the
+  // master weights held ([master_begin, master_end), at master_data; null when none are held).
+  // The model then allocates none of its own.
   std::uint16_t* param_data = nullptr;
   std::uint16_t* grad_data = nullptr;
   float* master_data = nullptr;

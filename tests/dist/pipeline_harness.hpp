@@ -17,11 +17,13 @@ struct PipelineHarness : StrategyHarness {
   std::unique_ptr<scalelab::PipelineStrategy> strategy;
 
   // pp ranks x (world / pp) replicas, `schedule` with m micro-batches of batch / (dp m) rows, in
-  // `precision` (fp32, bf16 or fp16) with the loss multiplied by `scale` (the step divides it out).
+  // `precision` (fp32, bf16 or fp16) with the loss multiplied by `scale` (the step divides it out),
+  // with ZeRO-1 over the replicas when zero is 1 (the distributed optimizer).
   PipelineHarness(scalelab::Communicator& world, const scalelab::GPTConfig& config, int pp, int m,
                   const std::string& schedule, int batch, int seq_len, std::uint64_t seed,
-                  const std::string& precision = "fp32", double scale = 1.0) {
+                  const std::string& precision = "fp32", double scale = 1.0, int zero = 0) {
     options.precision = precision;
+    options.parallel.zero = zero;
     loss_scale = scale;
     options.batch = batch;
     options.seq_len = seq_len;

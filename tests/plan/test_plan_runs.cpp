@@ -137,7 +137,7 @@ TEST_CASE("a pipeline over every rank: memory per pipeline rank as the planner p
     check_against_plan(world, {1, world.size(), 0, 4, false, schedule});
 }
 
-TEST_CASE("a pipeline in bf16, and dp x pp in bf16: memory and traffic as the planner predicts",
+TEST_CASE("a pipeline in bf16, and dp x pp in bf16 with and without ZeRO-1: memory and traffic as the planner predicts",
           "[plan_runs]") {
   // Stage 03 inside stage 05: 2 + 2 + 12 bytes per parameter of the stage, half activations, and
   // the messages, the tied embedding's sum and the replicas' all-reduce in half.
@@ -150,11 +150,12 @@ TEST_CASE("a pipeline in bf16, and dp x pp in bf16: memory and traffic as the pl
       r.checkpoint = "every";
       check_against_plan(world, r);
     }
-  if (world.size() == 4) {
-    Run r{1, 2, 0, 2, false, "1f1b", "sqrt"};
-    r.precision = "bf16";
-    check_against_plan(world, r);
-  }
+  if (world.size() == 4)
+    for (int zero : {0, 1}) {  // dp x pp, and with the distributed optimizer (2 + 2 + 12/d)
+      Run r{1, 2, zero, 2, false, "1f1b", "sqrt"};
+      r.precision = "bf16";
+      check_against_plan(world, r);
+    }
 }
 
 TEST_CASE("composed layouts, tp x pp, and dp x pp and dp x tp with and without ZeRO-1: as the planner predicts",
