@@ -32,21 +32,10 @@ std::size_t activation_elements(const GPTConfig& c, int B, int T, const Checkpoi
   return activation_elements(c, B, T, policy, slice, AttentionKind::kNaive);  // model/gpt_attention.cpp
 }
 
-namespace {
-
-ModelSlice resolved(const GPTConfig& config, ModelSlice slice) {
-  config.validate();
-  slice.validate(config);
-  slice.num_layers = slice.count(config);
-  return slice;
-}
-
-}  // namespace
-
 template <typename F>
 GPTModel<F>::GPTModel(const GPTConfig& config, MemoryTracker* tracker, const ModelSlice& slice)
     : config_(config),
-      slice_(resolved(config, slice)),
+      slice_(slice.resolved(config)),
       layout_(config, slice_),
       tracker_(tracker),
       params_(layout_.num_params(), MemCategory::kParams, tracker),
@@ -61,7 +50,7 @@ GPTModel<F>::GPTModel(const GPTConfig& config, MemoryTracker* tracker, const Mod
 template <typename F>
 GPTModel<F>::GPTModel(const GPTConfig& config, MemoryTracker* tracker, const ModelSlice& slice, F* params, F* grads)
     : config_(config),
-      slice_(resolved(config, slice)),
+      slice_(slice.resolved(config)),
       layout_(config, slice_),
       tracker_(tracker),
       param_data_(params),

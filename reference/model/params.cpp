@@ -28,6 +28,14 @@ std::string ModelSlice::describe(const GPTConfig& config) const {
          std::to_string(first_layer + count(config)) + ")" + (head ? " + head" : "");
 }
 
+ModelSlice ModelSlice::resolved(const GPTConfig& config) const {
+  config.validate();
+  validate(config);
+  ModelSlice s = *this;
+  s.num_layers = count(config);
+  return s;
+}
+
 ParamLayout::ParamLayout(const GPTConfig& config, const ModelSlice& slice) {
   // The whole model's layout is built as before, also for a config not validated yet (a
   // checkpoint being read); only a real slice is checked against the config.

@@ -33,6 +33,9 @@ struct ModelSlice {
   void validate(const GPTConfig& config) const;
   // "layers [2, 4) + head", for messages.
   std::string describe(const GPTConfig& config) const;
+  // A model's own copy: the config and the slice validated (ConfigError otherwise), num_layers
+  // with -1 resolved.
+  ModelSlice resolved(const GPTConfig& config) const;
 };
 
 }  // namespace scalelab

@@ -31,21 +31,10 @@ BlockView<float> one_block_view(const GPTConfig& config, float* base) {
 
 }  // namespace
 
-namespace {
-
-ModelSlice resolved(const GPTConfig& config, ModelSlice slice) {
-  config.validate();
-  slice.validate(config);
-  slice.num_layers = slice.count(config);
-  return slice;
-}
-
-}  // namespace
-
 MixedPrecisionModel::MixedPrecisionModel(const GPTConfig& config, HalfFormat format, MemoryTracker* tracker,
                                          const MixedStorage& storage)
     : config_(config),
-      slice_(resolved(config, storage.slice)),
+      slice_(storage.slice.resolved(config)),
       layout_(config, slice_),
       format_(format),
       tracker_(tracker),
