@@ -41,4 +41,15 @@ class Carver {
   std::size_t used_ = 0;
 };
 
+// The same take() that only counts: a layout written once as a template over its carver runs
+// first with a Counter, to size the buffer, then with a Carver over it.
+template <typename T>
+struct Counter {
+  std::size_t used = 0;
+  T* take(std::size_t n) {
+    used += n;
+    return nullptr;
+  }
+};
+
 }  // namespace scalelab

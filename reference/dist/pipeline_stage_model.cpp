@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/error.hpp"
+#include "dist/tp_mixed_model.hpp"
 #include "dist/tp_model.hpp"
 #include "io/checkpoint.hpp"
 #include "train/fp32_model.hpp"
@@ -62,9 +63,6 @@ PipelineStageModel::PipelineStageModel(const GPTConfig& config, const PipelineSh
       layout_(stage_layout(config, slices_, tp)),
       half_(half_format_or_none(precision)) {
   const std::size_t n = layout_.num_params();
-  require(!(mixed() && tp.comm), "precision",
-          "--precision " + precision + " with tensor-parallel pipeline stages: their split layers run in fp32",
-          "use --precision fp32 with --tp and --pp");
   const BlockPartition shard{n, master.parts};
   const std::size_t master_begin = shard.offset(master.rank), master_end = master_begin + shard.size(master.rank);
   master_sharded_ = master.parts > 1;
@@ -82,7 +80,9 @@ PipelineStageModel::PipelineStageModel(const GPTConfig& config, const PipelineSh
     if (mixed()) {
       // The chunk's tensors in the stage's flat buffers; its master weights: the part of the
       // stage's held range [master_begin, master_end) that falls on the chunk.
-      const std::size_t chunk_end = offset + ParamLayout(config, slice).num_params();
+      const std::size_t chunk_end =
+          offset + (tp.comm ? TpLayout(config, slice, tp.comm->size(), tp.comm->rank()).layout().num_params()
+                            : ParamLayout(config, slice).num_params());
       const std::size_t held_begin = std::clamp(master_begin, offset, chunk_end);
       const std::size_t held_end = std::clamp(master_end, held_begin, chunk_end);
       MixedStorage storage;
@@ -92,8 +92,12 @@ PipelineStageModel::PipelineStageModel(const GPTConfig& config, const PipelineSh
       storage.master_begin = held_begin - offset;
       storage.master_end = held_end - offset;
       storage.master_data = master_.data() + (held_begin - master_begin);
-      chunks_.push_back(
-          std::make_unique<MixedChunk>(std::make_unique<MixedPrecisionModel>(config, *half_, tracker, storage)));
+      if (tp.comm)
+        chunks_.push_back(std::make_unique<MixedTensorParallelModel>(config, *tp.comm, tp.sequence_parallel, *half_,
+                                                                     tracker, storage));
+      else
+        chunks_.push_back(
+            std::make_unique<MixedChunk>(std::make_unique<MixedPrecisionModel>(config, *half_, tracker, storage)));
     } else if (tp.comm) {
       chunks_.push_back(std::make_unique<TensorParallelModel>(config, slice, *tp.comm, tp.sequence_parallel, tracker,
                                                               params_.data() + offset, grads_.data() + offset));
@@ -126,7 +130,7 @@ const GPT& PipelineStageModel::chunk(int c) const {
 
 void PipelineStageModel::finish_gradients() {
   for (auto& c : chunks_)
-    if (auto* t = dynamic_cast<TensorParallelModel*>(c.get())) t->finish_gradients();
+    if (auto* t = dynamic_cast<TpShardModel*>(c.get())) t->finish_gradients();
 }
 
 IndexRanges PipelineStageModel::counted_elsewhere() const {
@@ -138,7 +142,7 @@ IndexRanges PipelineStageModel::counted_elsewhere() const {
       const ParamTensor& wte = chunks_[c]->layout().find("transformer.wte.weight");
       out.emplace_back(at + wte.offset, at + wte.offset + wte.numel);
     }
-    if (const auto* t = dynamic_cast<const TensorParallelModel*>(chunks_[c].get()))
+    if (const auto* t = dynamic_cast<const TpShardModel*>(chunks_[c].get()))
       for (const auto& [begin, end] : t->counted_elsewhere()) out.emplace_back(at + begin, at + end);
   }
   std::sort(out.begin(), out.end());
@@ -161,7 +165,7 @@ std::vector<HeldTensor> PipelineStageModel::held(const float* values) const {
   std::vector<HeldTensor> out;
   for (std::size_t c = 0; c < chunks_.size(); ++c) {
     const float* v = values + offsets_[c];
-    const std::vector<HeldTensor> h = tp_.comm ? dynamic_cast<const TensorParallelModel&>(*chunks_[c]).shard().held(v)
+    const std::vector<HeldTensor> h = tp_.comm ? dynamic_cast<const TpShardModel&>(*chunks_[c]).shard().held(v)
                                                : held_tensors(chunks_[c]->layout(), v);
     out.insert(out.end(), h.begin(), h.end());
   }

@@ -13,14 +13,10 @@
 // (TensorParallelModel, dist/tp_model.hpp), and the flat buffers hold those splits.
 //
 // In mixed precision (stage 03: --precision bf16|fp16) each chunk is a mixed-precision slice
-// (MixedChunk), and the flat buffers are the half parameters and gradients and the fp32 master
-// weights: 2 + 2 + 4 bytes per parameter of the stage, plus AdamW's 8 (the trainer's), as for the
-// whole mixed-precision model. The tensors that cross to the next stage are half.
-//
-// In mixed precision (stage 03: --precision bf16|fp16) each chunk is a mixed-precision slice
-// (MixedChunk), and the flat buffers are the half parameters and gradients and the fp32 master
-// weights: 2 + 2 + 4 bytes per parameter of the stage, plus AdamW's 8 (the trainer's), as for the
-// whole mixed-precision model. The tensors that cross to the next stage are half.
+// (MixedChunk; with tensor parallelism MixedTensorParallelModel, dist/tp_mixed_model.hpp), and the
+// flat buffers are the half parameters and gradients and the fp32 master weights: 2 + 2 + 4 bytes
+// per parameter of the stage, plus AdamW's 8 (the trainer's), as for the whole mixed-precision
+// model. The tensors that cross to the next stage are half.
 #pragma once
 
 #include <functional>
@@ -62,8 +58,7 @@ class PipelineStageModel final : public TrainModel {
  public:
   // Rank `rank`'s chunks of the pipeline `shape` (p ranks x v chunks), each split over tp.comm
   // when given (the communicator must outlive the model).
-  // precision: "fp32", or "bf16"/"fp16" (mixed precision; not with tensor parallelism), with the
-  // master weights of `master` only.
+  // precision: "fp32", or "bf16"/"fp16" (mixed precision), with the master weights of `master` only.
   PipelineStageModel(const GPTConfig& config, const PipelineShape& shape, int rank, MemoryTracker* tracker,
                      StageTensorParallel tp = {}, const std::string& precision = "fp32", MasterShard master = {});
 

@@ -26,16 +26,10 @@ void refuse_unsupported(const TrainOptions& o) {
               ": the split backward (input now, weights later) is not built for tensor-parallel stages",
           "use --schedule 1f1b (or afab, interleaved:V) with --tp");
   require_cpu(o, pp, "--pp", "pipeline stages");
-  if (o.precision != "fp32") {  // mixed precision (stage 03) in pipeline stages: fp32's other companions
-    const std::string mixed = pp + " with --precision " + o.precision;
-    require(o.parallel.tp == 1, "precision",
-            mixed + " and --tp " + std::to_string(o.parallel.tp) +
-                ": tensor-parallel stages split fp32 layers in this build",
-            "use --precision fp32 with --tp and --pp, or drop --tp");
-    require(o.parallel.schedule != "zb-h1", "schedule",
-            mixed + " and --schedule zb-h1: the split backward (input now, weights later) is built for fp32 stages",
-            "use --schedule 1f1b (or afab, interleaved:V) in mixed precision");
-  }
+  require(o.precision == "fp32" || o.parallel.schedule != "zb-h1", "schedule",
+          pp + " with --precision " + o.precision +
+              " and --schedule zb-h1: the split backward (input now, weights later) is built for fp32 stages",
+          "use --schedule 1f1b (or afab, interleaved:V) in mixed precision");
   require(o.parallel.schedule != "zb-h1" || o.checkpoint.kind == CheckpointPolicy::Kind::kNone, "checkpoint",
           "--schedule zb-h1 defers weight gradients that read the saved activations, and --checkpoint " +
               o.checkpoint.describe() + " recomputes them",

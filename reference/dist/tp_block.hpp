@@ -25,6 +25,7 @@
 #include "dist/tp_operators.hpp"
 #include "model/attention_block.hpp"
 #include "model/block.hpp"
+#include "model/config.hpp"
 #include "model/params.hpp"
 
 namespace scalelab {
@@ -39,6 +40,10 @@ struct TpDims {
   int Cl() const { return C / t; }
   int NHl() const { return NH / t; }
 };
+
+// The dimensions of a micro-batch of B x T tokens on this rank of `tp`. Under sequence
+// parallelism its N = B T token rows must split over the group: ConfigError otherwise.
+TpDims tp_dims(const TpGroup& tp, const GPTConfig& config, int B, int T, AttentionKind attention);
 
 // Lays one block's saved activations (shapes above) into `values`, stage 00's field order.
 // Values has take(n) (a Carver, or a counter that sizes the buffer first). With own_att false

@@ -157,4 +157,14 @@ ParamView<F> tp_param_view(const TpLayout& layout, F* base) {
 
 template ParamView<float> tp_param_view<float>(const TpLayout&, float*);
 
+IndexRanges replicated_ranges(const TpLayout& layout) {
+  IndexRanges out;
+  for (std::size_t i = 0; i < layout.layout().tensors().size(); ++i)
+    if (layout.split(i) == TpSplit::kReplicated) {
+      const ParamTensor& t = layout.layout().tensors()[i];
+      out.emplace_back(t.offset, t.offset + t.numel);
+    }
+  return out;
+}
+
 }  // namespace scalelab

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "dist/gather_weights.hpp"
+#include "dist/norm_share.hpp"
 #include "model/config.hpp"
 #include "model/params.hpp"
 #include "model/shard.hpp"
@@ -94,6 +95,9 @@ class TpLayout {
   std::vector<Piece> pieces_;
   VocabRange vocab_;
 };
+
+// The ranges [offset, offset + numel) of layout's replicated tensors in its flat buffer, in order.
+IndexRanges replicated_ranges(const TpLayout& layout);
 
 // Views of a rank's flat buffer (parameters or gradients) by name, in the model's BlockView
 // shape; every pointer is this rank's part (model/params.hpp gives the whole shapes).

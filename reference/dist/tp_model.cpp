@@ -17,19 +17,6 @@
 
 namespace scalelab {
 
-namespace {
-
-// Sizes a layout before allocating: take() only counts.
-struct Counter {
-  std::size_t used = 0;
-  float* take(std::size_t n) {
-    used += n;
-    return nullptr;
-  }
-};
-
-}  // namespace
-
 TensorParallelModel::TensorParallelModel(const GPTConfig& config, const ModelSlice& slice, Communicator& tp_comm,
                                          bool sequence_parallel, MemoryTracker* tracker, float* params, float* grads)
     : shard_(config, slice, tp_comm.size(), tp_comm.rank()), tracker_(tracker), params_(params), grads_(grads) {
@@ -45,12 +32,7 @@ TensorParallelModel::TensorParallelModel(const GPTConfig& config, const ModelSli
   }
   w_ = tp_param_view(shard_, params_);
   g_ = tp_param_view(shard_, grads_);
-  if (tp_comm.rank() != 0)
-    for (std::size_t i = 0; i < shard_.layout().tensors().size(); ++i)
-      if (shard_.split(i) == TpSplit::kReplicated) {
-        const ParamTensor& t = shard_.layout().tensors()[i];
-        counted_elsewhere_.emplace_back(t.offset, t.offset + t.numel);
-      }
+  if (tp_comm.rank() != 0) counted_elsewhere_ = replicated_ranges(shard_);
 }
 
 template <typename Values>
@@ -83,15 +65,9 @@ void TensorParallelModel::carve_activations(Values& v, Saved& a) {
 }
 
 void TensorParallelModel::ensure_buffers(int B, int T) {
-  const int t = tp_.size();
   const std::size_t N = static_cast<std::size_t>(B) * T;
-  require(!tp_.sequence_parallel || N % static_cast<std::size_t>(t) == 0, "sequence_parallel",
-          "--sequence-parallel splits the " + std::to_string(N) +
-              " token rows of a micro-batch (B x T = " + std::to_string(B) + " x " + std::to_string(T) +
-              ") over --tp " + std::to_string(t) + " ranks, and they do not divide",
-          "choose a batch and sequence length whose product divides by --tp, or drop --sequence-parallel");
   const bool same_shape = dims_.B == B && dims_.T == T && dims_.attention == attention_;
-  dims_ = TpDims{B, T, config().channels, config().num_heads, t, tp_.sequence_parallel, attention_};
+  dims_ = tp_dims(tp_, config(), B, T, attention_);
   // The saved activations: reallocated when the shape or the policy changed, or after they were
   // stashed or released (stage 05: one set per micro-batch in flight).
   const bool same_policy = acts_.policy.kind == policy_.kind && acts_.policy.every == policy_.every;
@@ -99,7 +75,7 @@ void TensorParallelModel::ensure_buffers(int B, int T) {
     acts_.buffer = Buffer<float>();  // free the old ones first, so the peak is not their sum
     acts_.policy = policy_;
     acts_.dims = dims_;
-    Counter count;
+    Counter<float> count;
     carve_activations(count, acts_);
     acts_.buffer = Buffer<float>(count.used, MemCategory::kActivations, tracker_);
     Carver<float> carver(acts_.buffer.data(), acts_.buffer.size());
@@ -108,7 +84,7 @@ void TensorParallelModel::ensure_buffers(int B, int T) {
   }
   if (scratch_buffer_.size() > 0 && same_shape) return;
   const std::size_t Vl = slice().head ? static_cast<std::size_t>(shard_.vocab().local) : 0;
-  Counter sized;
+  Counter<float> sized;
   carve_tp_block_scratch(scratch_, sized, dims_);
   scratch_buffer_ = Buffer<float>();
   scratch_buffer_ = Buffer<float>(sized.used + region_elements() + N * Vl, MemCategory::kWorkspace, tracker_);
@@ -124,8 +100,7 @@ double TensorParallelModel::forward(const int* tokens, const int* targets, int B
 }
 
 std::size_t TensorParallelModel::boundary_elements(int B, int T) const {
-  const std::size_t N = static_cast<std::size_t>(B) * T;
-  return (tp_.sequence_parallel ? N / static_cast<std::size_t>(tp_.size()) : N) * config().channels;
+  return tp_.local_rows(static_cast<std::size_t>(B) * T) * config().channels;
 }
 
 float TensorParallelModel::forward_slice(const int* tokens, const float* input, const int* targets, int B, int T) {
@@ -185,13 +160,15 @@ void TensorParallelModel::backward_slice(const float* doutput, float loss_scale)
                                     dims_.B, dims_.T, C);
 }
 
-void TensorParallelModel::backward_input(const float*, float) {
+void refuse_tp_split_backward() {
   throw ConfigError(
       "schedule: zb-h1's split backward is not built for tensor-parallel pipeline stages; use --schedule 1f1b "
       "(or afab, interleaved:V) with --tp");
 }
 
-void TensorParallelModel::backward_weight() { backward_input(nullptr, 0.0f); }
+void TensorParallelModel::backward_input(const float*, float) { refuse_tp_split_backward(); }
+
+void TensorParallelModel::backward_weight() { refuse_tp_split_backward(); }
 
 void TensorParallelModel::stash_activations(int key) {
   SCALELAB_CHECK(acts_.buffer.size() > 0, "stash_activations(", key, ") with no forward to stash");

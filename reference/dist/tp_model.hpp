@@ -36,8 +36,8 @@
 #include "dist/tp_block.hpp"
 #include "dist/tp_layout.hpp"
 #include "dist/tp_operators.hpp"
+#include "dist/tp_shard_model.hpp"
 #include "model/block_walk.hpp"
-#include "model/train_model.hpp"
 
 namespace scalelab {
 
@@ -47,7 +47,7 @@ namespace scalelab {
 // Without sequence parallelism the ranks' copies are already equal and it does nothing.
 void sum_sequence_parallel_grads(TpGroup& tp, const TpLayout& layout, float* grads, std::vector<float>& staging);
 
-class TensorParallelModel final : public TrainModel, public PipelineChunk, private BlockRunner {
+class TensorParallelModel final : public TpShardModel, private BlockRunner {
  public:
   // Rank tp_comm.rank() of tp_comm.size(); the communicator must outlive the model.
   TensorParallelModel(const GPTConfig& config, Communicator& tp_comm, bool sequence_parallel, MemoryTracker* tracker)
@@ -62,8 +62,8 @@ class TensorParallelModel final : public TrainModel, public PipelineChunk, priva
   const ModelSlice& slice() const override { return shard_.slice(); }
   const ParamLayout& layout() const override { return shard_.layout(); }
   std::size_t num_params() const override { return shard_.layout().num_params(); }
-  const TpLayout& shard() const { return shard_; }
-  TpGroup& group() { return tp_; }
+  const TpLayout& shard() const override { return shard_; }
+  TpGroup& group() override { return tp_; }
   float* params() { return params_; }
   float* grads() { return grads_; }
 
@@ -71,7 +71,7 @@ class TensorParallelModel final : public TrainModel, public PipelineChunk, priva
   double forward(const int* tokens, const int* targets, int B, int T) override;
   void backward(double loss_scale) override;
   // After the step's last backward: the sequence-parallel sum of replicated gradients.
-  void finish_gradients() { sum_sequence_parallel_grads(tp_, shard_, grads_, staging_); }
+  void finish_gradients() override { sum_sequence_parallel_grads(tp_, shard_, grads_, staging_); }
   void zero_grad() override;
   // Selective with chunked or flash attention is refused (check_attention_policy).
   void set_checkpoint_policy(const CheckpointPolicy& policy) override;
@@ -85,11 +85,8 @@ class TensorParallelModel final : public TrainModel, public PipelineChunk, priva
   // AdamW on this rank's shard; the clipping norm is the whole model's (split tensors summed
   // over the group, replicated ones counted once).
   StepOutcome optimizer_step(AdamW& optimizer, double lr, double grad_scale, double clip) override;
-  // What this rank leaves out of its share of the gradient norm (dist/norm_share.hpp): on tp ranks
-  // other than 0 the replicated tensors, equal on every rank once finish_gradients ran and counted
-  // on rank 0. The split tensors count on every rank; the shares summed over the group are the
-  // whole model's.
-  const IndexRanges& counted_elsewhere() const { return counted_elsewhere_; }
+  const IndexRanges& counted_elsewhere() const override { return counted_elsewhere_; }
+  void broadcast_params(Communicator& group, int root) override { group.broadcast(params_, num_params(), root); }
   float* fp32_grads() override { return grads_; }
   std::size_t block_forward_count() const override { return block_forwards_; }
   std::string precision_name() const override { return "fp32"; }

@@ -3,11 +3,37 @@
 
 #include <algorithm>
 
+#include "core/error.hpp"
+
 namespace scalelab {
 
 namespace {
 
-void record(TpGroup& tp, CommOp op, std::size_t elements) { tp.ledger.push_back({op, elements, tp.where}); }
+DataType half_type(HalfFormat f) { return f == HalfFormat::kBF16 ? DataType::kBFloat16 : DataType::kFloat16; }
+
+// One collective of `count` elements (the whole buffer's, as the Communicator counts them) from
+// `in` (in_count of them) into `out` (out_count), recorded in the ledger. In mixed precision the
+// values cross as half: `in` rounded to half (the partial sums' rounding, or exact where they are
+// half values already), the result widened back into `out` (exact).
+void collective(TpGroup& tp, CommOp op, std::size_t count, const float* in, std::size_t in_count, float* out,
+                std::size_t out_count, ReduceOp reduce = ReduceOp::kSum) {
+  tp.ledger.push_back({op, count, tp.where, tp.half ? 2u : 4u});
+  Communicator& c = *tp.comm;
+  if (!tp.half) {
+    if (op == CommOp::kAllGather) c.all_gather(in, out, count, DataType::kFloat32);
+    if (op == CommOp::kAllReduce) c.all_reduce(in, out, count, DataType::kFloat32, reduce);
+    if (op == CommOp::kReduceScatter) c.reduce_scatter(in, out, count, DataType::kFloat32, reduce);
+    return;
+  }
+  const DataType t = half_type(*tp.half);
+  tp.send_half.resize(in_count);
+  tp.recv_half.resize(out_count);
+  float_to_half(tp.send_half.data(), in, in_count, *tp.half);
+  if (op == CommOp::kAllGather) c.all_gather(tp.send_half.data(), tp.recv_half.data(), count, t);
+  if (op == CommOp::kAllReduce) c.all_reduce(tp.send_half.data(), tp.recv_half.data(), count, t, reduce);
+  if (op == CommOp::kReduceScatter) c.reduce_scatter(tp.send_half.data(), tp.recv_half.data(), count, t, reduce);
+  half_to_float(out, tp.recv_half.data(), out_count, *tp.half);
+}
 
 void copy_rows(const float* from, float* to, std::size_t n) {
   if (from != to) std::copy(from, from + n, to);
@@ -21,19 +47,16 @@ void f_forward(TpGroup& tp, const float* x, float* x_full, std::size_t N, int C)
     copy_rows(x, x_full, NC);  // identity: every rank already holds all N rows
     return;
   }
-  record(tp, CommOp::kAllGather, NC);
-  tp.comm->all_gather(x, x_full, NC, DataType::kFloat32);
+  collective(tp, CommOp::kAllGather, NC, x, NC / tp.size(), x_full, NC);
 }
 
 void f_backward(TpGroup& tp, float* dx_full, float* dx, std::size_t N, int C) {
   const std::size_t NC = N * static_cast<std::size_t>(C);
   if (!tp.sequence_parallel) {
-    record(tp, CommOp::kAllReduce, NC);
-    tp.comm->all_reduce(dx_full, dx, NC, DataType::kFloat32, ReduceOp::kSum);
+    collective(tp, CommOp::kAllReduce, NC, dx_full, NC, dx, NC);
     return;
   }
-  record(tp, CommOp::kReduceScatter, NC);
-  tp.comm->reduce_scatter(dx_full, dx, NC, DataType::kFloat32, ReduceOp::kSum);
+  collective(tp, CommOp::kReduceScatter, NC, dx_full, NC, dx, NC / tp.size());
 }
 
 void g_forward(TpGroup& tp, float* y_partial, float* y, std::size_t N, int C) {
@@ -45,8 +68,14 @@ void g_backward(TpGroup& tp, const float* dy, float* dy_full, std::size_t N, int
 }
 
 void tp_all_reduce(TpGroup& tp, float* data, std::size_t count, ReduceOp op) {
-  record(tp, CommOp::kAllReduce, count);
+  tp.ledger.push_back({CommOp::kAllReduce, count, tp.where, 4});
   tp.comm->all_reduce(data, data, count, DataType::kFloat32, op);
+}
+
+void tp_all_reduce_half(TpGroup& tp, std::uint16_t* data, std::size_t count) {
+  SCALELAB_CHECK(tp.half.has_value(), "tp_all_reduce_half on an fp32 tensor-parallel group");
+  tp.ledger.push_back({CommOp::kAllReduce, count, tp.where, 2});
+  tp.comm->all_reduce(data, data, count, half_type(*tp.half), ReduceOp::kSum);
 }
 
 }  // namespace scalelab

@@ -27,19 +27,23 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "comm/comm_stats.hpp"
 #include "comm/communicator.hpp"
+#include "precision/half.hpp"
 
 namespace scalelab {
 
 // One collective of a tensor-parallel step, as the ledger records it.
 struct TpCollective {
   CommOp op = CommOp::kAllReduce;
-  std::size_t elements = 0;  // the whole buffer's count, as the Communicator takes it
-  std::string where;         // the model's label at the time ("block 2 mlp", "cross-entropy")
+  std::size_t elements = 0;       // the whole buffer's count, as the Communicator takes it
+  std::string where;              // the model's label at the time ("block 2 mlp", "cross-entropy")
+  std::size_t element_bytes = 4;  // fp32; 2 for the half activations of mixed precision
 };
 
 // The tensor-parallel group of a layer: its communicator, whether sequence parallelism is on,
@@ -50,6 +54,13 @@ struct TpGroup {
   bool sequence_parallel = false;
   std::string where;                 // label for the next ledger entries (set by the model)
   std::vector<TpCollective> ledger;  // appended to by every collective below
+  // Stage 03 with 06: the half format of a mixed-precision model, or none (fp32). With one, f and
+  // g send half tensors, 2 bytes an element, as a GPU's bf16 all-reduce does: the partial sums
+  // are rounded to half before they are added, and the sum is rounded after each addition
+  // (comm/datatype.cpp); and round() rounds each layer's output to half, as the layer's kernel
+  // would write it (precision/mixed_model.hpp). Without one both are fp32 and round() does nothing.
+  std::optional<HalfFormat> half;
+  std::vector<std::uint16_t> send_half, recv_half;  // the half collectives' buffers
 
   int size() const { return comm->size(); }
   int rank() const { return comm->rank(); }
@@ -58,6 +69,10 @@ struct TpGroup {
   std::size_t local_rows(std::size_t N) const { return sequence_parallel ? N / size() : N; }
   // The first of them, as a row of the whole (N, C) activation.
   std::size_t first_row(std::size_t N) const { return sequence_parallel ? rank() * (N / size()) : 0; }
+  // x (n) rounded in place to the half format's values; nothing in fp32.
+  void round(float* x, std::size_t n) const {
+    if (half) round_to_half(x, n, *half);
+  }
 };
 
 // f forward: x (local rows, C) -> x_full (N, C). A copy (nothing when x_full == x) without
@@ -75,5 +90,7 @@ void g_backward(TpGroup& tp, const float* dy, float* dy_full, std::size_t N, int
 // An all-reduce over the group outside f and g (the vocab-parallel cross-entropy's max, sum and
 // target logit; the sequence-parallel sum of replicated gradients), recorded in the ledger.
 void tp_all_reduce(TpGroup& tp, float* data, std::size_t count, ReduceOp op);
+// The same on half values (a mixed-precision model's replicated gradients, summed in half).
+void tp_all_reduce_half(TpGroup& tp, std::uint16_t* data, std::size_t count);
 
 }  // namespace scalelab

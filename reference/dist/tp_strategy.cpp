@@ -6,6 +6,7 @@
 #include "core/error.hpp"
 #include "dist/ddp.hpp"
 #include "dist/gather_weights.hpp"
+#include "dist/tp_mixed_model.hpp"
 #include "train/accumulate.hpp"
 
 namespace scalelab {
@@ -19,7 +20,7 @@ void refuse_unsupported(const TrainOptions& o) {
           tp + " with --pp " + std::to_string(o.parallel.pp) +
               ": tensor parallelism inside a pipeline stage is not built yet",
           "use --pp 1 with --tp");
-  require_cpu_fp32(o, tp, "--tp", "tensor-parallel shards");
+  require_cpu(o, tp, "--tp", "tensor-parallel shards");
 }
 
 std::uint64_t bytes_of(const CommStats& now, const CommStats& before) {
@@ -61,14 +62,33 @@ std::string TensorParallelStrategy::describe() const {
   return s;
 }
 
-std::unique_ptr<TrainModel> TensorParallelStrategy::make_model(const GPTConfig& config,
-                                                               const std::string& /*precision*/, MemoryTracker* tracker,
+std::unique_ptr<TrainModel> TensorParallelStrategy::make_model(const GPTConfig& config, const std::string& precision,
+                                                               MemoryTracker* tracker,
                                                                const TrainModelFactory& /*whole*/) {
-  auto model = std::make_unique<TensorParallelModel>(config, grid_->tp(), sequence_parallel_, tracker);
-  model_ = model.get();
-  if (zero_stage_ == 0) return model;
-  float *params = model_->params(), *grads = model_->grads();
-  auto wrapped = std::make_unique<DistributedOptimizer>(std::move(model), params, grads, grid_->dp(), tracker);
+  Communicator &tp = grid_->tp(), &dp = grid_->dp();
+  if (precision == "fp32") {
+    auto shard = std::make_unique<TensorParallelModel>(config, tp, sequence_parallel_, tracker);
+    model_ = shard.get();
+    if (zero_stage_ == 0) return shard;
+    float *params = shard->params(), *grads = shard->grads();
+    auto wrapped = std::make_unique<DistributedOptimizer>(std::move(shard), params, grads, dp, tracker);
+    zero_ = wrapped.get();
+    return wrapped;
+  }
+  // Mixed precision (stage 03): a half shard; under ZeRO-1 with the fp32 master weights of this
+  // replica's part of it only (the distributed optimizer's cut of the flat buffer).
+  const HalfFormat format = parse_half_format(precision);
+  MixedStorage storage;
+  if (zero_stage_ > 0) {
+    const BlockPartition part{TpLayout(config, tp.size(), tp.rank()).layout().num_params(), dp.size()};
+    storage.master_begin = part.offset(dp.rank());
+    storage.master_end = storage.master_begin + part.size(dp.rank());
+  }
+  auto shard = std::make_unique<MixedTensorParallelModel>(config, tp, sequence_parallel_, format, tracker, storage);
+  model_ = shard.get();
+  if (zero_stage_ == 0) return shard;
+  const DistributedOptimizer::HalfBuffers half{shard->half_params(), shard->half_grads(), shard->held_master(), format};
+  auto wrapped = std::make_unique<DistributedOptimizer>(std::move(shard), half, dp, tracker);
   zero_ = wrapped.get();
   return wrapped;
 }
@@ -79,7 +99,7 @@ void TensorParallelStrategy::attach(const StrategyContext& ctx) {
   check_batch_split(ctx.options.batch, grid_->shape().dp, ctx.options.micro_batches());
   check_replicas_agree(world_, ctx.run_description);
   // The replicas of one shard start from dp rank 0's parameters (as DDP's do).
-  if (grid_->shape().dp > 1) grid_->dp().broadcast(model_->params(), model_->num_params(), 0);
+  if (grid_->shape().dp > 1) model_->broadcast_params(grid_->dp(), 0);
 }
 
 void TensorParallelStrategy::begin_step(const GlobalBatch& /*batch*/) {
@@ -99,7 +119,7 @@ double TensorParallelStrategy::run_micro_batches(TrainModel& model, const Global
 void TensorParallelStrategy::sync_gradients(TrainModel& /*model*/) {
   model_->finish_gradients();
   step_ledger_ = model_->group().ledger;
-  reduce_over_replicas(zero_, grid_->dp(), {model_->grads(), DataType::kFloat32}, model_->num_params());
+  reduce_over_replicas(zero_, grid_->dp(), model_->typed_grads(), model_->num_params());
   report_ = {};
   report_.bytes_sent = bytes_of(grid_->tp().stats(), tp_before_) + bytes_of(grid_->dp().stats(), dp_before_);
   report_.comm_seconds = collective_seconds(grid_->tp().stats()) - collective_seconds(tp_before_) +
@@ -158,9 +178,13 @@ std::vector<float> TensorParallelStrategy::held_values(const TrainModel& /*model
 
 void TensorParallelStrategy::save_weights(const TrainModel& model, const std::string& path) const {
   // Replica 0's tp group assembles the whole model from every rank's pieces; its rank 0 writes.
-  // The shard's whole parameters (under ZeRO-1 too: the all-gather after each step restores them).
+  // The shard's fp32 parameters, or master weights; under ZeRO-1 put together over the replicas
+  // (collectively), since in mixed precision each holds its part of the master weights only.
+  const float* mine = model_->master_params();
+  const std::vector<float> values = zero_ ? zero_->gathered_params()
+                                          : std::vector<float>(mine, mine + model_->num_params());
   if (grid_->coord().dp == 0)
-    gather_and_save_weights(grid_->tp(), path, model.config(), model_->shard().held(model_->master_params()));
+    gather_and_save_weights(grid_->tp(), path, model.config(), model_->shard().held(values.data()));
   world_.barrier();  // the file is complete when any rank returns
 }
 

@@ -24,8 +24,9 @@ namespace scalelab {
 class TensorParallelStrategy final : public ParallelStrategy {
  public:
   // Collective over world: makes the [dp][tp] grid. Throws ConfigError (the same on every rank)
-  // for what this build's tensor parallelism does not do: a precision other than fp32, a device
-  // other than the CPU, a pipeline.
+  // for what this build's tensor parallelism does not do: a device other than the CPU, a pipeline
+  // (PipelineStrategy runs tp x pp). In mixed precision each rank's shard is a
+  // MixedTensorParallelModel (dist/tp_mixed_model.hpp).
   TensorParallelStrategy(Communicator& world, const TrainOptions& options);
   ~TensorParallelStrategy() override;
 
@@ -52,13 +53,13 @@ class TensorParallelStrategy final : public ParallelStrategy {
   // The tensor-parallel collectives of the last step's forwards and backwards (and, under
   // sequence parallelism, its gradient sum), in order: validation forwards are not in it.
   const std::vector<TpCollective>& step_ledger() const { return step_ledger_; }
-  TensorParallelModel& shard_model() { return *model_; }
+  TpShardModel& shard_model() { return *model_; }
 
  private:
   Communicator& world_;
   std::unique_ptr<ProcessGrid> grid_;
   bool sequence_parallel_ = false;
-  TensorParallelModel* model_ = nullptr;  // the model make_model built (owned by the trainer)
+  TpShardModel* model_ = nullptr;         // the shard make_model built (owned by the trainer)
   DistributedOptimizer* zero_ = nullptr;  // --zero 1: the wrapper around model_ the trainer drives
   int zero_stage_ = 0;
   CommStats tp_before_, dp_before_;

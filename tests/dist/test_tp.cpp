@@ -415,8 +415,8 @@ TEST_CASE("bad tensor-parallel settings fail on every rank with one message", "[
   CHECK_THROWS_WITH(TpLayout(c, 3, 0), Catch::Contains("does not divide the model's 4 heads"));
   TrainOptions o;
   o.parallel.tp = 2;
-  o.precision = "bf16";
-  CHECK_THROWS_WITH(TensorParallelStrategy(world, o), Catch::Contains("--precision fp32 with --tp"));
+  o.device = "cuda";
+  CHECK_THROWS_WITH(TensorParallelStrategy(world, o), Catch::Contains("use --device cpu with --tp"));
   const int t = world.size();
   if (t < 2) return;
   // 5 x 8 = 40 token rows do not split over 3 ranks; 4 x 8 = 32 not over 3 either.
