@@ -210,8 +210,7 @@ std::size_t MixedTensorParallelModel::boundary_elements(int B, int T) const {
   return tp_.local_rows(static_cast<std::size_t>(B) * T) * config().channels;
 }
 
-float MixedTensorParallelModel::forward_slice(const int* tokens, const float* input, const int* targets, int B,
-                                              int T) {
+float MixedTensorParallelModel::forward_slice(const int* tokens, const float* input, const int* targets, int B, int T) {
   ensure_buffers(B, T);
   const int C = config().channels;
   const std::size_t N = dims_.N(), region = region_elements();
@@ -221,8 +220,8 @@ float MixedTensorParallelModel::forward_slice(const int* tokens, const float* in
     label("embedding");
     widen_params(wte_w_, wte_, static_cast<std::size_t>(shard_.vocab().local) * C);
     widen_params(wpe_w_, wpe_, static_cast<std::size_t>(config().max_seq_len) * C);
-    vocab_parallel_embedding_forward(tp_, stage_.x, stage_.scratch.full, tokens, wte_w_, wpe_w_, shard_.vocab(), B,
-                                     T, C);
+    vocab_parallel_embedding_forward(tp_, stage_.x, stage_.scratch.full, tokens, wte_w_, wpe_w_, shard_.vocab(), B, T,
+                                     C);
     narrow(acts_.encoded, stage_.x, region);
   } else {
     float_to_half(acts_.encoded, input, region, format_);  // exact: the previous stage sent half values
@@ -463,7 +462,7 @@ TrainModel::StepOutcome MixedTensorParallelModel::optimizer_step(AdamW& optimize
     tp_.comm->all_reduce(&s, 1);
     return s;
   };
-  const MixedStepBuffers buffers{master_data_, param_data_, grad_data_,        num_params(),
+  const MixedStepBuffers buffers{master_data_, param_data_,        grad_data_,        num_params(),
                                  format_,      step_chunk_.data(), step_chunk_.size()};
   return mixed_optimizer_step(optimizer, buffers, lr, grad_scale, clip, norm);
 }

@@ -110,19 +110,19 @@ class MixedTensorParallelModel final : public TpShardModel, private BlockRunner 
     Buffer<float> lse_buffer;
     TpDims dims;
     CheckpointPolicy policy;
-    std::uint16_t* encoded = nullptr;           // (Nl, C)
-    std::vector<std::uint16_t*> boundaries;     // (Nl, C) segment inputs; [0] = encoded
-    std::vector<std::uint16_t*> blocks;         // each block slot
-    std::vector<float*> lse;                    // chunked, flash: each slot's (B, NH/t, T)
-    std::uint16_t* shared_att = nullptr;        // selective: (B, NH/t, T, T)
-    std::uint16_t* final_input = nullptr;       // (Nl, C)
+    std::uint16_t* encoded = nullptr;                                        // (Nl, C)
+    std::vector<std::uint16_t*> boundaries;                                  // (Nl, C) segment inputs; [0] = encoded
+    std::vector<std::uint16_t*> blocks;                                      // each block slot
+    std::vector<float*> lse;                                                 // chunked, flash: each slot's (B, NH/t, T)
+    std::uint16_t* shared_att = nullptr;                                     // selective: (B, NH/t, T, T)
+    std::uint16_t* final_input = nullptr;                                    // (Nl, C)
     std::uint16_t *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;  // (N, C), (Nl), (Nl)
     std::uint16_t *probs = nullptr, *losses = nullptr;                       // (N, Vl), (N)
     std::vector<int> tokens, targets;
   };
   // fp32 staging (workspace).
   struct Staging {
-    TpDims dims;                 // what it is laid out for, with `policy`
+    TpDims dims;  // what it is laid out for, with `policy`
     CheckpointPolicy policy;
     BlockActs<float> acts{};     // one block slot's activations...
     float* acts_base = nullptr;  // ...starting here, laid out as a half slot...
@@ -130,10 +130,10 @@ class MixedTensorParallelModel final : public TpShardModel, private BlockRunner 
     std::size_t lse_count = 0;   // chunked, flash: elements of acts.lse
     std::size_t residual3_offset = 0;
     TpBlockScratch scratch{};
-    float* x = nullptr;       // (Nl, C) a block's or ln_f's input; the embeddings' output
-    float* dres = nullptr;    // (Nl, C) the residual stream's gradient
-    float* out = nullptr;     // (Nl, C) output(): the blocks' output, widened
-    float* lnf = nullptr;     // (N, C) ln_f's output, gathered
+    float* x = nullptr;     // (Nl, C) a block's or ln_f's input; the embeddings' output
+    float* dres = nullptr;  // (Nl, C) the residual stream's gradient
+    float* out = nullptr;   // (Nl, C) output(): the blocks' output, widened
+    float* lnf = nullptr;   // (N, C) ln_f's output, gathered
     float *lnf_mean = nullptr, *lnf_rstd = nullptr, *losses = nullptr;  // (Nl), (Nl), (N)
     float *logits = nullptr, *dlogits = nullptr;                        // (N, Vl)
   };

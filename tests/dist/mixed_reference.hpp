@@ -42,8 +42,8 @@ inline MixedWhole run_mixed_whole(const scalelab::GPTConfig& config, scalelab::H
   MixedWhole w;
   for (int step = 0; step < steps; ++step) {
     model.zero_grad();
-    const double loss =
-        scalelab::accumulate_gradients(model, batch.tokens.data(), batch.targets.data(), B, T, m, scale);
+    const double loss = scalelab::accumulate_gradients(model, batch.tokens.data(), batch.targets.data(), B, T, m,
+                                                       scale);
     if (step == 0) {
       w.first_loss = loss;
       w.first_grads = model.grads_as_float();
@@ -78,8 +78,8 @@ inline void check_master_after(const std::string& name, const float* got, const 
     CHECK(worst <= 2 * 3 * lr);
     const double q = relative_norm_error(got, want, C);
     const double v = relative_norm_error(got + 2 * C, want + 2 * C, C);
-    INFO("master weights after 3 steps, the query and value bias of " << name << ": relative norm errors " << q
-                                                                      << ", " << v);
+    INFO("master weights after 3 steps, the query and value bias of " << name << ": relative norm errors " << q << ", "
+                                                                      << v);
     CHECK(std::max(q, v) <= bounds.biases);
     return;
   }

@@ -23,10 +23,10 @@
 #include "compare.hpp"
 #include "core/error.hpp"
 #include "dist/distributed_optimizer.hpp"
+#include "mixed_reference.hpp"
 #include "optim/adamw.hpp"
 #include "precision/half.hpp"
 #include "precision/mixed_model.hpp"
-#include "mixed_reference.hpp"
 #include "tp_harness.hpp"
 #include "world.hpp"
 
@@ -64,8 +64,7 @@ void check_against_whole(Communicator& world, HalfFormat f, int t, bool sp, int 
   const double scale = loss_scale_of(f);
   TpHarness h(world, config(), t, sp, m, B, kT, kSeed, CheckpointPolicy{}, half_format_name(f), scale);
   const MixedWhole want = run_mixed_whole(config(), f, kSeed, batch, B, kT, m * dp, scale, h.options.adamw);
-  INFO(where(world) << ", " << half_format_name(f) << ", t " << t << ", dp " << dp << ", m " << m << ", "
-                    << mode(sp));
+  INFO(where(world) << ", " << half_format_name(f) << ", t " << t << ", dp " << dp << ", m " << m << ", " << mode(sp));
   const double loss = h.forward_backward(batch.tokens, batch.targets);
   INFO("loss " << loss << ", the whole mixed model's " << want.first_loss);
   CHECK(std::fabs(loss - want.first_loss) <= 4 * unit_roundoff(f) * std::fabs(want.first_loss));
@@ -102,8 +101,7 @@ void check_against_whole(Communicator& world, HalfFormat f, int t, bool sp, int 
 
 }  // namespace
 
-TEST_CASE("mixed-precision tensor parallelism: loss, gradients and updates of the whole mixed model",
-          "[tp_mixed]") {
+TEST_CASE("mixed-precision tensor parallelism: loss, gradients and updates of the whole mixed model", "[tp_mixed]") {
   Communicator& world = test_world();
   for (HalfFormat f : kFormats)
     for (int t : tp_sizes(world.size()))
@@ -134,8 +132,7 @@ TEST_CASE("mixed-precision tensor parallelism: the fp32 shard's collectives, act
     for (std::size_t i = 0; i < want.size(); ++i) {
       INFO("collective " << i << ": got " << comm_op_name(got[i].op) << " of " << got[i].elements << " x "
                          << got[i].element_bytes << " bytes at '" << got[i].where << "', fp32's "
-                         << comm_op_name(want[i].op) << " of " << want[i].elements << " at '" << want[i].where
-                         << "'");
+                         << comm_op_name(want[i].op) << " of " << want[i].elements << " at '" << want[i].where << "'");
       CHECK(got[i].op == want[i].op);
       CHECK(got[i].elements == want[i].elements);
       CHECK(got[i].where == want[i].where);
@@ -201,8 +198,8 @@ TEST_CASE("mixed-precision tensor parallelism: replicated tensors stay bitwise e
       for (const auto& [begin, end] : replicated_ranges(h.any_shard().shard())) {
         std::vector<float> rank0(master + begin, master + end);
         h.tp().broadcast(rank0.data(), rank0.size(), 0);
-        CHECK_MATCH(compare_bitwise("replicated master weights [" + std::to_string(begin) + ", " +
-                                        std::to_string(end) + ") after 3 steps, this rank's vs rank 0's",
+        CHECK_MATCH(compare_bitwise("replicated master weights [" + std::to_string(begin) + ", " + std::to_string(end) +
+                                        ") after 3 steps, this rank's vs rank 0's",
                                     master + begin, rank0.data(), end - begin));
       }
     }

@@ -130,6 +130,25 @@ TEST_CASE("tensor parallel over every rank: memory per rank as the planner predi
   }
 }
 
+TEST_CASE("tensor parallel in bf16, alone and with dp and ZeRO-1: memory and traffic as the planner predicts",
+          "[plan_runs]") {
+  // Stage 03 inside stage 06: 2 + 2 + 12 bytes per parameter of the shard, half activations, the
+  // f and g collectives in half (the cross-entropy's statistics in fp32).
+  Communicator& world = test_world();
+  auto bf16 = [](Run r) {
+    r.precision = "bf16";
+    return r;
+  };
+  if (4 % world.size() == 0)
+    for (bool sp : {false, true}) {
+      check_against_plan(world, bf16({world.size(), 1, 0, 2, sp}));
+      check_against_plan(world, bf16({world.size(), 1, 0, 1, sp, "1f1b", "sqrt", "flash"}));
+    }
+  if (world.size() == 4)
+    for (int zero : {0, 1}) check_against_plan(world, bf16({2, 1, zero, 2, true}));
+  if (world.size() == 8) check_against_plan(world, bf16({2, 2, 1, 2, true, "1f1b", "sqrt"}));  // dp x tp x pp
+}
+
 TEST_CASE("a pipeline over every rank: memory per pipeline rank as the planner predicts", "[plan_runs]") {
   Communicator& world = test_world();
   if (world.size() > 2) return;  // the tiny model has 2 layers
