@@ -84,9 +84,10 @@ std::vector<Rung> all_rungs(int accum, int ranks) {
       // The techniques composed in one run, as real systems run them (Megatron-LM's 3D layout):
       // a pipeline of `ranks` stages, each split over 2 tensor-parallel ranks with sequence
       // parallelism, two replicas of it with the distributed optimizer (ZeRO-1 over them), sqrt(L)
-      // checkpointing in every stage, `accum` micro-batches.
-      {"01-07", "dp2 tp2 pp" + std::to_string(ranks) + " Z1 SP sqrt m=" + k, 4 * ranks,
+      // checkpointing in every stage, `accum` micro-batches, in bf16.
+      {"01-07", "dp2 tp2 pp" + std::to_string(ranks) + " Z1 SP sqrt bf16", 4 * ranks,
        [ranks, accum](TrainOptions& o) {
+         o.precision = "bf16";
          o.parallel.pp = ranks;
          o.parallel.tp = 2;
          o.parallel.dp = 2;
@@ -302,8 +303,9 @@ void add_ladder_command(CLI::App& app) {
         std::printf(
             "stage 01-07 (composed): rank 0 sent %.1f MB per step: its rows of the activations down the pipeline, "
             "its vocabulary rows of the tied-embedding exchange, its tensor-parallel all-gathers and "
-            "reduce-scatters, and its split's reduce-scatter and all-gather over the 2 replicas; it holds half of "
-            "its stage's parameters (tp 2) and AdamW state for half of those (ZeRO-1)\n",
+            "reduce-scatters, and its split's reduce-scatter and all-gather over the 2 replicas, all in bf16 but "
+            "the cross-entropy's statistics; it holds half of its stage's parameters (tp 2) in bf16, and the fp32 "
+            "master weights and AdamW state for half of those (ZeRO-1)\n",
             row["comm_bytes_per_step"].get<double>() / 1e6);
       else if (row["stage"] == "07")
         std::printf(

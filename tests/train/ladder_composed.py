@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""The ladder's composed rung (dp2 x tp2 x pp2, ZeRO-1, sequence parallelism, sqrt checkpointing)
-end to end: `scalelab ladder --stages 00,01-07` trains it under mpirun beside stage 00, and its row
-must (1) train as stage 00 does (max |loss - stage 00| within 1e-3 over the steps: the composed
-run adds the same numbers in another order) and (2) report for rank 0 exactly the memory by
+"""The ladder's composed rung (dp2 x tp2 x pp2, ZeRO-1, sequence parallelism, sqrt checkpointing,
+bf16) end to end: `scalelab ladder --stages 00,01-07` trains it under mpirun beside stage 00, and
+its row must (1) train as stage 00 does (max |loss - stage 00| within 1e-3 over the steps: the
+composed run adds the same numbers in another order and rounds them to bf16, which moves the loss
+of these first steps by about 1.5e-4, measured) and (2) report for rank 0 exactly the memory by
 category and the bytes per step that `scalelab plan` predicts for the same layout of the same
 model (the planner's validation, issue 15, on the rung the README's main command shows).
 
@@ -30,7 +31,7 @@ if diff is None or diff > 1e-3:
     failures.append(f"max |loss - stage 00| = {diff}, expected <= 1e-3")
 
 subprocess.run([cli, "plan", "--model", "mini", "--nodes", "1", "--gpus-per-node", "8", "--batch", str(batch),
-                "--precision", "fp32", "--attention", "naive", "--dp", "2", "--tp", "2", "--pp", "2", "--zero", "1",
+                "--precision", "bf16", "--attention", "naive", "--dp", "2", "--tp", "2", "--pp", "2", "--zero", "1",
                 "--micro-batches", "4", "--schedule", "1f1b", "--checkpoint", "sqrt", "--json", str(plan_json)],
                check=True, stdout=subprocess.DEVNULL)
 layouts = [l for l in json.loads(plan_json.read_text())["layouts"] if l["sequence_parallel"]]
