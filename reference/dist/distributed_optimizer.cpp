@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/error.hpp"
+#include "precision/half_type.hpp"
 #include "precision/mixed_model.hpp"
 #include "train/fp32_model.hpp"
 
@@ -32,7 +33,7 @@ DistributedOptimizer::DistributedOptimizer(std::unique_ptr<TrainModel> inner, co
 
 DataType DistributedOptimizer::type() const {
   if (!half_) return DataType::kFloat32;
-  return half_->format == HalfFormat::kBF16 ? DataType::kBFloat16 : DataType::kFloat16;
+  return half_data_type(half_->format);
 }
 
 void DistributedOptimizer::reduce_gradients() {

@@ -8,6 +8,7 @@
 #include "dist/tp_mixed_model.hpp"
 #include "dist/tp_model.hpp"
 #include "io/checkpoint.hpp"
+#include "precision/half_type.hpp"
 #include "train/fp32_model.hpp"
 
 namespace scalelab {
@@ -70,7 +71,9 @@ PipelineStageModel::PipelineStageModel(const GPTConfig& config, const PipelineSh
     half_params_ = Buffer<std::uint16_t>(n, MemCategory::kParams, tracker);
     half_grads_ = Buffer<std::uint16_t>(n, MemCategory::kGrads, tracker);
     master_ = Buffer<float>(master_end - master_begin, MemCategory::kOptimizer, tracker);
-    step_chunk_ = Buffer<float>(std::min(n, kStepChunk), MemCategory::kWorkspace, tracker);
+    // The step's workspace, where this stage steps itself (with a MasterShard the distributed
+    // optimizer steps it, with its own).
+    if (!master_sharded_) step_chunk_ = Buffer<float>(std::min(n, kStepChunk), MemCategory::kWorkspace, tracker);
   } else {
     params_ = Buffer<float>(n, MemCategory::kParams, tracker);
     grads_ = Buffer<float>(n, MemCategory::kGrads, tracker);
@@ -209,7 +212,7 @@ float* PipelineStageModel::params() {
 
 TrainModel::GradBuffer PipelineStageModel::typed_grads() {
   if (!mixed()) return {grads_.data(), DataType::kFloat32};
-  return {half_grads_.data(), *half_ == HalfFormat::kBF16 ? DataType::kBFloat16 : DataType::kFloat16};
+  return {half_grads_.data(), half_data_type(*half_)};
 }
 
 void PipelineStageModel::broadcast_params(Communicator& group, int root) {
@@ -218,7 +221,7 @@ void PipelineStageModel::broadcast_params(Communicator& group, int root) {
     return;
   }
   if (master_sharded_) {
-    group.broadcast(half_params_.data(), num_params(), typed_grads().type, root);
+    group.broadcast(half_params_.data(), num_params(), half_data_type(*half_), root);
     return;
   }
   group.broadcast(master_.data(), num_params(), root);

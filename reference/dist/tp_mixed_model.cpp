@@ -14,6 +14,7 @@
 #include "model/gpt.hpp"
 #include "model/layers/attention.hpp"
 #include "model/layers/layernorm.hpp"
+#include "precision/half_type.hpp"
 
 namespace scalelab {
 
@@ -97,9 +98,7 @@ MixedTensorParallelModel::MixedTensorParallelModel(const GPTConfig& config, Comm
   step_chunk_ = Buffer<float>(std::min(master_count_, kStepChunk), MemCategory::kWorkspace, tracker);
 }
 
-DataType MixedTensorParallelModel::half_type() const {
-  return format_ == HalfFormat::kBF16 ? DataType::kBFloat16 : DataType::kFloat16;
-}
+DataType MixedTensorParallelModel::half_type() const { return half_data_type(format_); }
 
 void MixedTensorParallelModel::narrow(std::uint16_t* out, float* in, std::size_t n) const {
   float_to_half(out, in, n, format_);

@@ -4,12 +4,11 @@
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "precision/half_type.hpp"
 
 namespace scalelab {
 
 namespace {
-
-DataType half_type(HalfFormat f) { return f == HalfFormat::kBF16 ? DataType::kBFloat16 : DataType::kFloat16; }
 
 // One collective of `count` elements (the whole buffer's, as the Communicator counts them) from
 // `in` (in_count of them) into `out` (out_count), recorded in the ledger. In mixed precision the
@@ -25,7 +24,7 @@ void collective(TpGroup& tp, CommOp op, std::size_t count, const float* in, std:
     if (op == CommOp::kReduceScatter) c.reduce_scatter(in, out, count, DataType::kFloat32, reduce);
     return;
   }
-  const DataType t = half_type(*tp.half);
+  const DataType t = half_data_type(*tp.half);
   tp.send_half.resize(in_count);
   tp.recv_half.resize(out_count);
   float_to_half(tp.send_half.data(), in, in_count, *tp.half);
@@ -75,7 +74,7 @@ void tp_all_reduce(TpGroup& tp, float* data, std::size_t count, ReduceOp op) {
 void tp_all_reduce_half(TpGroup& tp, std::uint16_t* data, std::size_t count) {
   SCALELAB_CHECK(tp.half.has_value(), "tp_all_reduce_half on an fp32 tensor-parallel group");
   tp.ledger.push_back({CommOp::kAllReduce, count, tp.where, 2});
-  tp.comm->all_reduce(data, data, count, half_type(*tp.half), ReduceOp::kSum);
+  tp.comm->all_reduce(data, data, count, half_data_type(*tp.half), ReduceOp::kSum);
 }
 
 }  // namespace scalelab

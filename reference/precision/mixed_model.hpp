@@ -37,6 +37,7 @@
 #include "model/slice.hpp"
 #include "model/train_model.hpp"
 #include "precision/half.hpp"
+#include "precision/half_type.hpp"
 
 namespace scalelab {
 
@@ -167,7 +168,7 @@ class MixedPrecisionModel final : public TrainModel, private BlockRunner {
   void set_grad_ready_hook(std::function<void(std::size_t)> hook) override { grad_ready_hook_ = std::move(hook); }
 
   HalfFormat format() const { return format_; }
-  DataType half_type() const { return format_ == HalfFormat::kBF16 ? DataType::kBFloat16 : DataType::kFloat16; }
+  DataType half_type() const { return half_data_type(format_); }
   const std::uint16_t* half_params() const { return param_data_; }
   std::uint16_t* half_params() { return param_data_; }  // ZeRO gathers shards into them
   const std::uint16_t* half_grads() const { return grad_data_; }

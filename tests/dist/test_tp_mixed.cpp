@@ -107,7 +107,8 @@ TEST_CASE("mixed-precision tensor parallelism: loss, gradients and updates of th
     for (int t : tp_sizes(world.size()))
       for (bool sp : {false, true}) {
         if (sp && t == 1) continue;
-        for (int m : {1, 2}) check_against_whole(world, f, t, sp, m);
+        for (int m : {1, 2})
+          if (f == HalfFormat::kBF16 || m == 2) check_against_whole(world, f, t, sp, m);  // fp16: its scale, m = 2
       }
 }
 
