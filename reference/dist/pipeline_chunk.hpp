@@ -116,9 +116,8 @@ class MixedChunk final : public PipelineChunk {
   }
   const float* output() const override { return output_; }
   void backward_slice(const float* doutput, float loss_scale) override { model_->backward_slice(doutput, loss_scale); }
-  // The strategy refuses --schedule zb-h1 with mixed precision before a chunk is made.
-  void backward_input(const float*, float) override { refuse_split(); }
-  void backward_weight() override { refuse_split(); }
+  void backward_input(const float* doutput, float loss_scale) override { model_->backward_input(doutput, loss_scale); }
+  void backward_weight() override { model_->backward_weight(); }
   const float* input_grad() const override { return model_->input_grad(); }
   void stash_activations(int key) override { model_->stash_activations(key); }
   void restore_activations(int key) override { model_->restore_activations(key); }
@@ -130,9 +129,6 @@ class MixedChunk final : public PipelineChunk {
   std::size_t block_forward_count() const override { return model_->block_forward_count(); }
 
  private:
-  [[noreturn]] static void refuse_split() {
-    throw ConfigError("schedule: zb-h1's split backward is not built for mixed-precision chunks");
-  }
   std::unique_ptr<MixedPrecisionModel> model_;
   const float* output_ = nullptr;  // the last forward's output, widened (without the head)
 };

@@ -26,10 +26,6 @@ void refuse_unsupported(const TrainOptions& o) {
               ": the split backward (input now, weights later) is not built for tensor-parallel stages",
           "use --schedule 1f1b (or afab, interleaved:V) with --tp");
   require_cpu(o, pp, "--pp", "pipeline stages");
-  require(o.precision == "fp32" || o.parallel.schedule != "zb-h1", "schedule",
-          pp + " with --precision " + o.precision +
-              " and --schedule zb-h1: the split backward (input now, weights later) is built for fp32 stages",
-          "use --schedule 1f1b (or afab, interleaved:V) in mixed precision");
   require(o.parallel.schedule != "zb-h1" || o.checkpoint.kind == CheckpointPolicy::Kind::kNone, "checkpoint",
           "--schedule zb-h1 defers weight gradients that read the saved activations, and --checkpoint " +
               o.checkpoint.describe() + " recomputes them",

@@ -31,15 +31,7 @@ void WeightGradTape<F>::record(F* dweight, F* dbias, const F* dout, const F* inp
 
 template <typename F>
 void WeightGradTape<F>::apply() {
-  for (const Entry& e : entries_) {
-    // The second and third pieces of matmul_backward (model/layers/matmul.cpp), unchanged.
-    gemm<F>(true, false, e.OC, e.C, e.N, F(1), e.dout, e.OC, e.inp, e.C, F(1), e.dweight, e.C);
-    if (e.dbias)
-      for (int i = 0; i < e.N; ++i) {
-        const F* d = e.dout + static_cast<std::size_t>(i) * e.OC;
-        for (int j = 0; j < e.OC; ++j) e.dbias[j] += d[j];
-      }
-  }
+  for (const Entry& e : entries_) matmul_backward_weight(e.dweight, e.dbias, e.dout, e.inp, e.N, e.C, e.OC);
   entries_.clear();
   douts_ = Buffer<F>();
   used_ = 0;
@@ -47,13 +39,29 @@ void WeightGradTape<F>::apply() {
 
 std::size_t block_tape_elements(int B, int T, int C) { return static_cast<std::size_t>(B) * T * 9 * C; }
 
+template <typename F>
+void matmul_backward_input(F* dinp, const F* dout, const F* weight, int N, int C, int OC) {
+  gemm<F>(false, false, N, C, OC, F(1), dout, OC, weight, C, F(0), dinp, C);
+}
+
+template <typename F>
+void matmul_backward_weight(F* dweight, F* dbias, const F* dout, const F* inp, int N, int C, int OC) {
+  // The second and third pieces of matmul_backward (model/layers/matmul.cpp), unchanged.
+  gemm<F>(true, false, OC, C, N, F(1), dout, OC, inp, C, F(1), dweight, C);
+  if (dbias)
+    for (int i = 0; i < N; ++i) {
+      const F* d = dout + static_cast<std::size_t>(i) * OC;
+      for (int j = 0; j < OC; ++j) dbias[j] += d[j];
+    }
+}
+
 namespace {
 
-// dinp (N,C) = dout (N,OC) @ weight (OC,C): the first piece of matmul_backward; the rest is taped.
+// dinp now; the rest taped.
 template <typename F>
 void linear_backward_input(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight, int N, int C,
                            int OC, WeightGradTape<F>& tape) {
-  gemm<F>(false, false, N, C, OC, F(1), dout, OC, weight, C, F(0), dinp, C);
+  matmul_backward_input(dinp, dout, weight, N, C, OC);
   tape.record(dweight, dbias, dout, inp, N, C, OC);
 }
 
@@ -84,6 +92,10 @@ void block_backward_input(F* dres, const BlockView<F>& g, const BlockActs<F>& a,
                        block_functions<F>(AttentionKind::kNaive).attention_backward);
 }
 
+template void matmul_backward_input<float>(float*, const float*, const float*, int, int, int);
+template void matmul_backward_input<double>(double*, const double*, const double*, int, int, int);
+template void matmul_backward_weight<float>(float*, float*, const float*, const float*, int, int, int);
+template void matmul_backward_weight<double>(double*, double*, const double*, const double*, int, int, int);
 template class WeightGradTape<float>;
 template class WeightGradTape<double>;
 template void block_backward_input<float>(float*, const BlockView<float>&, const BlockActs<float>&,

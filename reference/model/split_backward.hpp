@@ -48,6 +48,14 @@ class WeightGradTape {
   std::size_t used_ = 0;
 };
 
+// The pieces of matmul_backward (model/layers/matmul.cpp), apart, each bit for bit as it computes
+// them: dinp (N,C) = dout (N,OC) @ weight (OC,C) now; dweight (OC,C) += dout^T @ inp (N,C) and
+// dbias (OC) += the column sums of dout (unless null) later.
+template <typename F>
+void matmul_backward_input(F* dinp, const F* dout, const F* weight, int N, int C, int OC);
+template <typename F>
+void matmul_backward_weight(F* dweight, F* dbias, const F* dout, const F* inp, int N, int C, int OC);
+
 // Elements one block records: the output gradients of qkv (3C), attn proj (C), fc (4C) and
 // mlp proj (C), each over B*T positions.
 std::size_t block_tape_elements(int B, int T, int C);

@@ -23,6 +23,7 @@
 #include "model/layers/layernorm.hpp"
 #include "model/layers/matmul.hpp"
 #include "model/layers/residual.hpp"
+#include "model/split_backward.hpp"
 #include "precision/mixed_model.hpp"
 
 namespace scalelab {
@@ -135,6 +136,51 @@ void MixedPrecisionModel::block_backward_staged() {
   attention_step_.backward(s.dwide, s.dtt, s.dbtc, a, B, T, C, NH);  // dqkv (B,T,3C) in dwide
   round(s.dwide, 3 * NC);
   matmul_backward(s.dbtc, g.qkv_w, g.qkv_b, s.dwide, a.ln1, w.qkv_w, N, C, 3 * C);
+  round(s.dbtc, NC);
+  layernorm_backward(dres, g.ln1_w, g.ln1_b, s.dbtc, x, w.ln1_w, a.ln1_mean, a.ln1_rstd, N, C);
+  round(dres, NC);
+}
+
+// Zero-bubble (ZB-H1): block_backward_staged without the linear layers' weight and bias gradients,
+// which go on the tape (model/split_backward.hpp's split, on the staging, rounded the same way).
+void MixedPrecisionModel::backward_block_input(int l, int slot, const std::uint16_t* x) {
+  const std::size_t NC = static_cast<std::size_t>(acts_.B) * acts_.T * config_.channels;
+  const std::size_t offset = offsets_.blocks[static_cast<std::size_t>(l)];
+  widen(stage_.acts_base, acts_.blocks[slot], stage_.acts_count);
+  if (stage_.lse_count) std::copy_n(acts_.lse[slot], stage_.lse_count, stage_.acts.lse);
+  widen(stage_.x, x, NC);
+  widen_params(stage_.wblock, offset, block_params_, true);
+  widen_grads(stage_.gblock, offset, block_params_);
+  block_backward_input_staged(l, slot);
+  // The LayerNorms' gradients rounded once; the linear layers' are as they were (exact).
+  store_grads(offset, stage_.gblock, block_params_);
+}
+
+void MixedPrecisionModel::block_backward_input_staged(int l, int slot) {
+  const BlockActs<float>& a = stage_.acts;
+  const BlockView<float>&w = stage_.w, &g = stage_.g;
+  BlockScratch<float>& s = stage_.scratch;
+  float* dres = stage_.dres;
+  const float* x = stage_.x;
+  const int B = acts_.B, T = acts_.T, C = config_.channels, NH = config_.num_heads, N = B * T;
+  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  matmul_backward_input(s.dwide, dres, w.fcproj_w, N, 4 * C, C);
+  record_weight_grad(l, slot, g.fcproj_w, g.fcproj_b, dres, a.fch_gelu, N, 4 * C, C);
+  round(s.dwide, 4 * NC);
+  gelu_backward(s.dwide, s.dwide, a.fch, 4 * NC);
+  round(s.dwide, 4 * NC);
+  matmul_backward_input(s.dbtc, s.dwide, w.fc_w, N, C, 4 * C);
+  record_weight_grad(l, slot, g.fc_w, g.fc_b, s.dwide, a.ln2, N, C, 4 * C);
+  round(s.dbtc, NC);
+  layernorm_backward(dres, g.ln2_w, g.ln2_b, s.dbtc, a.residual2, w.ln2_w, a.ln2_mean, a.ln2_rstd, N, C);
+  round(dres, NC);
+  matmul_backward_input(s.dbtc, dres, w.attproj_w, N, C, C);
+  record_weight_grad(l, slot, g.attproj_w, g.attproj_b, dres, a.atty, N, C, C);
+  round(s.dbtc, NC);
+  attention_step_.backward(s.dwide, s.dtt, s.dbtc, a, B, T, C, NH);  // dqkv (B,T,3C) in dwide
+  round(s.dwide, 3 * NC);
+  matmul_backward_input(s.dbtc, s.dwide, w.qkv_w, N, C, 3 * C);
+  record_weight_grad(l, slot, g.qkv_w, g.qkv_b, s.dwide, a.ln1, N, C, 3 * C);
   round(s.dbtc, NC);
   layernorm_backward(dres, g.ln1_w, g.ln1_b, s.dbtc, x, w.ln1_w, a.ln1_mean, a.ln1_rstd, N, C);
   round(dres, NC);

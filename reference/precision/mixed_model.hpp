@@ -123,6 +123,16 @@ class MixedPrecisionModel final : public TrainModel, private BlockRunner {
   // half's values as every activation gradient is: what the previous slice's backward_slice takes.
   // Valid until the next forward or backward.
   const float* input_grad() const { return stage_.dres; }
+  // Stage 05's zero-bubble schedule (ZB-H1), as GPTModel's split backward (model/split_backward.hpp):
+  // backward_input is backward_slice without the linear layers' weight and bias gradients, which
+  // it records on a tape (each product's output gradient in half, 9 B T C elements per block,
+  // counted as activations; its input where the saved half activations keep it), and
+  // backward_weight adds them later, each tensor's gradient widened, added to in fp32 and rounded
+  // once, as backward_slice would have. Every element of the block is then rounded once per
+  // micro-batch either way, so the half gradients come out bit for bit the same. Without
+  // checkpointing (the activations must all be saved).
+  void backward_input(const float* doutput, double loss_scale);
+  void backward_weight();
   // Micro-batches in flight (stage 05), as GPTModel's: the saved activations (half, and the fp32
   // lse), tokens and targets move aside under a key and come back; each set is its own
   // allocation in the tracker's activations.
@@ -244,6 +254,15 @@ class MixedPrecisionModel final : public TrainModel, private BlockRunner {
   void recompute_attention(int l, int slot) override;
   void block_forward_staged();
   void block_backward_staged();
+  // Zero-bubble: the whole backward pass (backward_slice's, with `split` the blocks' input
+  // gradients only, the linear layers' weight gradients taped), and one block's part of it.
+  void backward_pass(const float* doutput, double loss_scale, bool split);
+  void backward_block_input(int l, int slot, const std::uint16_t* x);
+  void block_backward_input_staged(int l, int slot);
+  // Records layer (dweight, dbias at these views of stage_.g) for backward_weight: dout (N,OC) fp32
+  // values that half holds exactly, inp (N,C) the staged copy of a saved activation of `slot`.
+  void record_weight_grad(int l, int slot, const float* dweight, const float* dbias, const float* dout,
+                          const float* inp, int N, int C, int OC);
   std::uint16_t* block_output(int slot) const { return acts_.blocks[slot] + stage_.residual3_offset; }
   std::uint16_t* place(ActPlace x) const {
     return x.kind == ActPlace::Kind::kBoundary ? acts_.boundaries[x.index] : block_output(x.index);
@@ -274,12 +293,26 @@ class MixedPrecisionModel final : public TrainModel, private BlockRunner {
   HalfActivations acts_;
   Staging stage_;
   std::vector<int> tokens_, targets_;
+  // Zero-bubble: the weight gradients backward_input deferred, one entry per linear layer.
+  struct TapeEntry {
+    std::size_t dweight, dbias;  // offsets of the layer's weight and bias gradients in the flat buffer
+    const std::uint16_t* inp;    // (N,C) its input, in a saved half block slot
+    std::size_t dout;            // (N,OC) its output gradient, at this offset of `douts`
+    int N, C, OC;
+  };
+  struct WeightTape {
+    Buffer<std::uint16_t> douts;  // activations: freed by backward_weight
+    std::vector<TapeEntry> entries;
+    std::size_t used = 0;
+  };
+  WeightTape tape_;
   // Stage 05: the activations of micro-batches in flight, by key.
   struct SavedForward {
     Buffer<std::uint16_t> act_buffer;
     Buffer<float> lse_buffer;
     HalfActivations acts;
     std::vector<int> tokens, targets;
+    WeightTape tape;
   };
   std::map<int, SavedForward> stash_;
   CheckpointPolicy policy_;

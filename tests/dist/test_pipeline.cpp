@@ -346,7 +346,6 @@ TEST_CASE("bad pipeline settings fail on every rank with one message", "[pipelin
     int pp, m, layers;
     const char* schedule;
     const char* message;
-    const char* precision = "fp32";
   };
   const std::vector<Case> cases = {
       {"more stages than layers", n, 2, n - 1, "1f1b", "pp: --pp"},
@@ -355,7 +354,6 @@ TEST_CASE("bad pipeline settings fail on every rank with one message", "[pipelin
       {"interleaved without V", 2, 4, 8, "interleaved", "schedule"},
       {"unknown schedule", 2, 4, 8, "pipedream", "schedule"},
       {"a grid that does not divide the ranks", n + 1, 2, 8, "1f1b", "pp"},
-      {"half precision with zb-h1", n, 2, 8, "zb-h1", "in mixed precision", "bf16"},
   };
   for (const Case& c : cases) {
     TrainOptions o;
@@ -365,7 +363,6 @@ TEST_CASE("bad pipeline settings fail on every rank with one message", "[pipelin
     o.parallel.pp = c.pp;
     o.parallel.micro_batches = c.m;
     o.parallel.schedule = c.schedule;
-    o.precision = c.precision;
     std::string message;
     try {
       make_strategy_factory (&world)(o);

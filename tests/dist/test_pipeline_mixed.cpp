@@ -5,9 +5,11 @@
 // Bitwise: the loss and every half gradient but the tied wte. Each stage runs the whole model's
 // layer calls on the same half values, micro-batch after micro-batch, and the tensors between
 // stages cross as half, which they already were (tests/precision/test_mixed_slices.cpp shows the
-// slices alone). The tied wte: the whole model rounds (its half gradient + the head's part + the
-// embeddings' part) once per micro-batch; each pipeline copy rounds its own part per micro-batch,
-// and the two copies' sums are added and rounded once more: 2m + 1 roundings of relative size u
+// slices alone). So is ZB-H1's split backward: its deferred weight gradients are widened, added in
+// fp32 and rounded once per micro-batch, as the whole backward rounds every element of a block
+// once (the LayerNorms' in the input pass, the linear layers' in the weight pass). The tied wte: the whole model rounds
+// (its half gradient + the head's part + the embeddings' part) once per micro-batch; each pipeline copy rounds its own
+// part per micro-batch, and the two copies' sums are added and rounded once more: 2m + 1 roundings of relative size u
 // (2^-8 bf16, 2^-11 fp16) where the whole model has m. Compared by the relative norm of the
 // difference, <= 4u (measured: 0.37u to 0.79u on 2, 3 and 4 ranks); a missing micro-batch or a
 // copy left out is off by 10% or more. After an update every tensor carries the wte difference
@@ -46,7 +48,7 @@ const HalfFormat kFormats[] = {HalfFormat::kBF16, HalfFormat::kFP16};
 GPTConfig config() { return gpt_config_of_shape(kV, kT, kC, kL, kNH, "pipeline-mixed-test"); }
 
 std::vector<std::string> schedules_for(int p, int m) {
-  std::vector<std::string> s = {"afab", "1f1b"};
+  std::vector<std::string> s = {"afab", "1f1b", "zb-h1"};
   if (m % p == 0 && 2 * p <= kL) s.push_back("interleaved:2");
   return s;
 }
@@ -280,43 +282,5 @@ TEST_CASE("a mixed-precision pipeline run saved after 2 steps and resumed for 2 
     REQUIRE(runs->resumed->model().num_params() == n);
     CHECK_MATCH(compare_bitwise("this stage's master weights, resumed vs straight",
                                 runs->resumed->model().master_params(), runs->straight->model().master_params(), n));
-  }
-}
-
-TEST_CASE("mixed-precision pipeline: what it does not combine with is refused on every rank", "[pipeline_mixed]") {
-  Communicator& world = test_world();
-  const int n = world.size();
-  if (n < 2) return;
-  struct Case {
-    const char* what;
-    int pp, tp, zero;
-    const char* schedule;
-    const char* message;
-  };
-  std::vector<Case> cases = {
-      {"zb-h1", n, 1, 0, "zb-h1", "use --schedule 1f1b (or afab, interleaved:V) in mixed precision"},
-  };
-  for (const Case& c : cases) {
-    TrainOptions o;
-    o.config = "tiny";
-    o.shape.num_layers = 8;
-    o.batch = 8;
-    o.precision = "bf16";
-    o.parallel.pp = c.pp;
-    o.parallel.tp = c.tp;
-    o.parallel.zero = c.zero;
-    o.parallel.micro_batches = 2;
-    o.parallel.schedule = c.schedule;
-    std::string message;
-    try {
-      make_strategy_factory (&world)(o);
-    } catch (const ConfigError& e) {
-      message = e.what();
-    }
-    INFO(where(world) << ", " << c.what << ": '" << message << "'");
-    CHECK(message.find(c.message) != std::string::npos);
-    int failed = message.empty() ? 0 : 1;
-    world.all_reduce(&failed, 1);
-    CHECK(failed == n);
   }
 }
