@@ -21,10 +21,6 @@ namespace {
 // What this build's pipeline cannot do yet: one clear refusal each, raised on every rank.
 void refuse_unsupported(const TrainOptions& o) {
   const std::string pp = "--pp " + std::to_string(o.parallel.pp);
-  require(o.parallel.tp == 1 || o.parallel.schedule != "zb-h1", "schedule",
-          "--schedule zb-h1 with --tp " + std::to_string(o.parallel.tp) +
-              ": the split backward (input now, weights later) is not built for tensor-parallel stages",
-          "use --schedule 1f1b (or afab, interleaved:V) with --tp");
   require_cpu(o, pp, "--pp", "pipeline stages");
   require(o.parallel.schedule != "zb-h1" || o.checkpoint.kind == CheckpointPolicy::Kind::kNone, "checkpoint",
           "--schedule zb-h1 defers weight gradients that read the saved activations, and --checkpoint " +

@@ -12,6 +12,7 @@
 #include "model/layers/gelu.hpp"
 #include "model/layers/layernorm.hpp"
 #include "model/layers/residual.hpp"
+#include "model/split_backward.hpp"
 
 namespace scalelab {
 
@@ -22,6 +23,28 @@ void round_layernorm(const TpGroup& tp, float* out, float* mean, float* rstd, co
   tp.round(out, d.rows() * static_cast<std::size_t>(d.C));
   tp.round(mean, d.rows());
   tp.round(rstd, d.rows());
+}
+
+// A column-parallel layer's backward (tp_linear.hpp), whole or with its weight gradient deferred:
+// the same calls, matmul_backward cut into its pieces (model/split_backward.hpp).
+void column_backward(TpGroup& tp, float* dx, float* dx_full, float* dweight, float* dbias, const float* dout,
+                     const float* x_full, const float* weight, int N, int C, int OC_local,
+                     const DeferWeightGrad* defer) {
+  if (!defer) return column_parallel_backward(tp, dx, dx_full, dweight, dbias, dout, x_full, weight, N, C, OC_local);
+  matmul_backward_input(dx_full, dout, weight, N, C, OC_local);
+  if (dbias) matmul_backward_bias(dbias, dout, N, OC_local);
+  (*defer)(dweight, dout, x_full, N, C, OC_local);
+  f_backward(tp, dx_full, dx, static_cast<std::size_t>(N), C);
+}
+
+// The same for a row-parallel layer: its bias over this rank's rows of dy, g's backward, then dx.
+void row_backward(TpGroup& tp, float* dx, float* dy_full, float* dweight, float* dbias, const float* dy, const float* x,
+                  const float* weight, int N, int IC_local, int OC, const DeferWeightGrad* defer) {
+  if (!defer) return row_parallel_backward(tp, dx, dy_full, dweight, dbias, dy, x, weight, N, IC_local, OC);
+  matmul_backward_bias(dbias, dy, static_cast<int>(tp.local_rows(static_cast<std::size_t>(N))), OC);
+  g_backward(tp, dy, dy_full, static_cast<std::size_t>(N), OC);
+  matmul_backward_input(dx, dy_full, weight, N, IC_local, OC);
+  (*defer)(dweight, dy_full, x, N, IC_local, OC);
 }
 
 }  // namespace
@@ -68,7 +91,8 @@ void tp_block_forward(TpGroup& tp, BlockActs<float>& a, const BlockView<float>& 
 }
 
 void tp_block_backward(TpGroup& tp, float* dres, const BlockView<float>& g, const BlockActs<float>& a,
-                       const BlockView<float>& w, const float* x, TpBlockScratch& s, const TpDims& d) {
+                       const BlockView<float>& w, const float* x, TpBlockScratch& s, const TpDims& d,
+                       const DeferWeightGrad* defer) {
   const int N = static_cast<int>(d.N()), Nl = static_cast<int>(d.rows()), C = d.C, Cl = d.Cl();
   const std::size_t NlC = d.rows() * static_cast<std::size_t>(C), NCl = d.N() * static_cast<std::size_t>(Cl);
   // Whole-row buffers: without sequence parallelism the region's own buffers already hold all
@@ -76,19 +100,19 @@ void tp_block_backward(TpGroup& tp, float* dres, const BlockView<float>& g, cons
   float* dy_full = d.sequence_parallel ? s.full : dres;
   float* dx_full = d.sequence_parallel ? s.full : s.dln;
   // MLP branch: d(residual3)/d(c_proj output) is the identity, so dres is its gradient too.
-  row_parallel_backward(tp, s.dwide, dy_full, g.fcproj_w, g.fcproj_b, dres, a.fch_gelu, w.fcproj_w, N, 4 * Cl, C);
+  row_backward(tp, s.dwide, dy_full, g.fcproj_w, g.fcproj_b, dres, a.fch_gelu, w.fcproj_w, N, 4 * Cl, C, defer);
   tp.round(s.dwide, 4 * NCl);
   gelu_backward(s.dwide, s.dwide, a.fch, d.N() * 4 * Cl);
   tp.round(s.dwide, 4 * NCl);
-  column_parallel_backward(tp, s.dln, dx_full, g.fc_w, g.fc_b, s.dwide, a.ln2, w.fc_w, N, C, 4 * Cl);
+  column_backward(tp, s.dln, dx_full, g.fc_w, g.fc_b, s.dwide, a.ln2, w.fc_w, N, C, 4 * Cl, defer);
   layernorm_backward(dres, g.ln2_w, g.ln2_b, s.dln, a.residual2, w.ln2_w, a.ln2_mean, a.ln2_rstd, Nl, C);
   tp.round(dres, NlC);
   // Attention branch, the same way.
-  row_parallel_backward(tp, s.dnarrow, dy_full, g.attproj_w, g.attproj_b, dres, a.atty, w.attproj_w, N, Cl, C);
+  row_backward(tp, s.dnarrow, dy_full, g.attproj_w, g.attproj_b, dres, a.atty, w.attproj_w, N, Cl, C, defer);
   tp.round(s.dnarrow, NCl);
   attention_step<float>(d.attention).backward(s.dwide, s.dtt, s.dnarrow, a, d.B, d.T, Cl, d.NHl());  // d qkv in dwide
   tp.round(s.dwide, 3 * NCl);
-  column_parallel_backward(tp, s.dln, dx_full, g.qkv_w, g.qkv_b, s.dwide, a.ln1, w.qkv_w, N, C, 3 * Cl);
+  column_backward(tp, s.dln, dx_full, g.qkv_w, g.qkv_b, s.dwide, a.ln1, w.qkv_w, N, C, 3 * Cl, defer);
   layernorm_backward(dres, g.ln1_w, g.ln1_b, s.dln, x, w.ln1_w, a.ln1_mean, a.ln1_rstd, Nl, C);
   tp.round(dres, NlC);
 }

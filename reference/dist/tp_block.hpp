@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 
 #include "dist/tp_operators.hpp"
 #include "model/attention_block.hpp"
@@ -94,9 +95,18 @@ void carve_tp_block_scratch(TpBlockScratch& s, Values& v, const TpDims& d) {
 // Forward of this rank's part of block `w` on x (Nl, C); fills `a`.
 void tp_block_forward(TpGroup& tp, BlockActs<float>& a, const BlockView<float>& w, const float* x, TpBlockScratch& s,
                       const TpDims& d);
+// Stage 05's zero-bubble split (model/split_backward.hpp) for a tensor-parallel block: where the
+// backward would add a linear layer's weight gradient, dweight (OC, C) += dout^T (OC, N) @ inp
+// (N, C), it calls this instead, to be added later. dout is workspace (copy it now); inp is a
+// saved activation of the block (valid while its micro-batch's activations are kept).
+using DeferWeightGrad = std::function<void(float* dweight, const float* dout, const float* inp, int N, int C, int OC)>;
+
 // Backward: dres (Nl, C) holds d loss / d block output on entry, d loss / d x on exit;
-// this rank's parameter gradients accumulate into g.
+// this rank's parameter gradients accumulate into g. With `defer` (ZB-H1's input pass) the four
+// linear layers' weight gradients go to it; everything else (the collectives, which every rank of
+// the group must issue in the same order, the biases' and the LayerNorms' gradients) runs now.
 void tp_block_backward(TpGroup& tp, float* dres, const BlockView<float>& g, const BlockActs<float>& a,
-                       const BlockView<float>& w, const float* x, TpBlockScratch& s, const TpDims& d);
+                       const BlockView<float>& w, const float* x, TpBlockScratch& s, const TpDims& d,
+                       const DeferWeightGrad* defer = nullptr);
 
 }  // namespace scalelab

@@ -125,11 +125,12 @@ void MixedTensorParallelModel::ensure_staging() {
   const std::size_t att = static_cast<std::size_t>(d.NHl()) * N * d.T;
   const std::size_t NVl = slice().head ? N * shard_.vocab().local : 0;
   const std::size_t head = slice().head ? N * d.C + 2 * Nl + N + 2 * NVl : 0;
+  const std::size_t tape_dout = N * static_cast<std::size_t>(std::max(d.C, 4 * d.Cl()));
   Counter<float> block, scratch;
   carve_tp_block_acts(stage_.acts, block, d, !selective);
   carve_tp_block_scratch(stage_.scratch, scratch, d);
   stage_buffer_ = Buffer<float>();
-  stage_buffer_ = Buffer<float>(block.used + (selective ? att : 0) + scratch.used + 3 * region + head,
+  stage_buffer_ = Buffer<float>(block.used + (selective ? att : 0) + scratch.used + 3 * region + head + tape_dout,
                                 MemCategory::kWorkspace, tracker_);
   Carver<float> p(stage_buffer_.data(), stage_buffer_.size());
   // One block slot in fp32, laid out as a half slot; the lse of chunked and flash is carved last
@@ -144,6 +145,7 @@ void MixedTensorParallelModel::ensure_staging() {
   stage_.x = p.take(region);
   stage_.dres = p.take(region);
   stage_.out = p.take(region);
+  stage_.tape_dout = p.take(tape_dout);
   if (slice().head) {
     stage_.lnf = p.take(N * d.C);
     stage_.lnf_mean = p.take(Nl);
@@ -304,6 +306,20 @@ void MixedTensorParallelModel::backward(double loss_scale) {
 }
 
 void MixedTensorParallelModel::backward_slice(const float* doutput, float loss_scale) {
+  backward_pass(doutput, loss_scale, false);
+}
+
+void MixedTensorParallelModel::backward_input(const float* doutput, float loss_scale) {
+  backward_pass(doutput, loss_scale, true);
+}
+
+void MixedTensorParallelModel::backward_weight() {
+  SCALELAB_CHECK(!acts_.tape.empty() || num_blocks() == 0, "backward_weight() without a backward_input() before it");
+  // The staging is free between passes: a block slot's activations hold any layer's input.
+  acts_.tape.apply(grad_data_, stage_.acts_base, stage_.tape_dout, gblock_base_);
+}
+
+void MixedTensorParallelModel::backward_pass(const float* doutput, float loss_scale, bool split) {
   SCALELAB_CHECK(acts_.buffer.size() > 0, "backward with no saved forward");
   const int C = config().channels;
   const std::size_t VC = static_cast<std::size_t>(shard_.vocab().local) * C;
@@ -315,7 +331,30 @@ void MixedTensorParallelModel::backward_slice(const float* doutput, float loss_s
     head_backward(loss_scale);
   else
     std::copy_n(doutput, region_elements(), stage_.dres);  // half values: the next stage rounded them
-  walk_blocks_backward(*this, policy_);
+  if (split) {
+    // ZB-H1's input pass: every block now (no checkpointing: block l in slot l), the linear
+    // layers' weight gradients on the half tape (their inputs where the saved slots keep them).
+    SCALELAB_CHECK(policy_.kind == CheckpointPolicy::Kind::kNone,
+                   "the split backward reads saved activations: it runs without checkpointing");
+    const std::size_t N = dims_.N();
+    acts_.tape.reserve(static_cast<std::size_t>(num_blocks()) * N * (2 * config().channels + 7 * dims_.Cl()), format_,
+                       tracker_);
+    for (int l = num_blocks() - 1; l >= 0; --l) {
+      const DeferWeightGrad defer = [this, l](float* dweight, const float* dout, const float* inp, int n, int c,
+                                              int oc) {
+        acts_.tape.record(block_offsets_[static_cast<std::size_t>(l)] +
+                              static_cast<std::size_t>(dweight - gblock_base_),
+                          HalfWeightTape::kNoBias, dout,
+                          acts_.blocks[static_cast<std::size_t>(l)] + (inp - stage_.acts_base), n, c, oc);
+      };
+      backward_block_at(l, l,
+                        l == 0 ? acts_.encoded
+                               : acts_.blocks[static_cast<std::size_t>(l - 1)] + stage_.residual3_offset,
+                        &defer);
+    }
+  } else {
+    walk_blocks_backward(*this, policy_);
+  }
   if (slice().embeddings) {
     label("embedding");
     const std::size_t TC = static_cast<std::size_t>(config().max_seq_len) * C;
@@ -359,6 +398,11 @@ void MixedTensorParallelModel::head_backward(float loss_scale) {
 }
 
 void MixedTensorParallelModel::backward_block(int l, int slot, ActPlace x) {
+  backward_block_at(l, slot, place(x), nullptr);
+}
+
+void MixedTensorParallelModel::backward_block_at(int l, int slot, const std::uint16_t* x,
+                                                 const DeferWeightGrad* defer) {
   label("block " + std::to_string(slice().first_layer + l));
   const std::size_t offset = block_offsets_[static_cast<std::size_t>(l)];
   widen(stage_.acts_base, acts_.blocks[slot], stage_.acts_count);
@@ -366,16 +410,13 @@ void MixedTensorParallelModel::backward_block(int l, int slot, ActPlace x) {
   // The selective policy: the shared buffer holds this block's probabilities.
   if (acts_.shared_att)
     widen(stage_.acts.att, acts_.shared_att, static_cast<std::size_t>(dims_.NHl()) * dims_.N() * dims_.T);
-  widen(stage_.x, place(x), region_elements());
+  widen(stage_.x, x, region_elements());
   widen_params(wblock_base_, offset, block_params_);
   widen_grads(gblock_base_, offset, block_params_);
-  tp_block_backward(tp_, stage_.dres, gblock_, stage_.acts, wblock_, stage_.x, stage_.scratch, dims_);
-  store_grads(offset, gblock_base_, block_params_);  // the block's gradients rounded once
+  tp_block_backward(tp_, stage_.dres, gblock_, stage_.acts, wblock_, stage_.x, stage_.scratch, dims_, defer);
+  // The block's gradients rounded once (with `defer`, those of the deferred weights unchanged).
+  store_grads(offset, gblock_base_, block_params_);
 }
-
-void MixedTensorParallelModel::backward_input(const float*, float) { refuse_tp_split_backward(); }
-
-void MixedTensorParallelModel::backward_weight() { refuse_tp_split_backward(); }
 
 void MixedTensorParallelModel::finish_gradients() {
   if (!tp_.sequence_parallel) return;  // every rank ran all rows: the copies are already equal
@@ -406,11 +447,15 @@ void MixedTensorParallelModel::restore_activations(int key) {
   const auto it = stash_.find(key);
   SCALELAB_CHECK(it != stash_.end(), "no activations stashed under key ", key);
   SCALELAB_CHECK(it->second.dims.B == dims_.B && it->second.dims.T == dims_.T, "stashed activations of another shape");
+  SCALELAB_CHECK(acts_.tape.empty(), "activations replaced while their weight gradients are still deferred");
   acts_ = std::move(it->second);
   stash_.erase(it);
 }
 
-void MixedTensorParallelModel::release_activations() { acts_ = Saved{}; }
+void MixedTensorParallelModel::release_activations() {
+  SCALELAB_CHECK(acts_.tape.empty(), "activations released while their weight gradients are still deferred");
+  acts_ = Saved{};
+}
 
 // ---- parameters and the step ----
 

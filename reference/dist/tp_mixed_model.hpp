@@ -35,6 +35,7 @@
 #include "dist/tp_block.hpp"
 #include "dist/tp_shard_model.hpp"
 #include "model/block_walk.hpp"
+#include "precision/half_weight_tape.hpp"
 #include "precision/mixed_model.hpp"
 
 namespace scalelab {
@@ -91,7 +92,8 @@ class MixedTensorParallelModel final : public TpShardModel, private BlockRunner 
   float forward_slice(const int* tokens, const float* input, const int* targets, int B, int T) override;
   const float* output() const override { return output_; }
   void backward_slice(const float* doutput, float loss_scale) override;
-  // ZB-H1's split backward: ConfigError, as for the fp32 tensor-parallel chunk.
+  // ZB-H1's split backward, as the fp32 shard's, with stage 03's half tape
+  // (precision/half_weight_tape.hpp): the half gradients bit for bit those of backward_slice.
   void backward_input(const float* doutput, float loss_scale) override;
   void backward_weight() override;
   const float* input_grad() const override { return stage_.dres; }
@@ -119,6 +121,7 @@ class MixedTensorParallelModel final : public TpShardModel, private BlockRunner 
     std::uint16_t *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr;  // (N, C), (Nl), (Nl)
     std::uint16_t *probs = nullptr, *losses = nullptr;                       // (N, Vl), (N)
     std::vector<int> tokens, targets;
+    HalfWeightTape tape;  // ZB-H1: the weight gradients its backward_input deferred
   };
   // fp32 staging (workspace).
   struct Staging {
@@ -136,11 +139,13 @@ class MixedTensorParallelModel final : public TpShardModel, private BlockRunner 
     float* lnf = nullptr;   // (N, C) ln_f's output, gathered
     float *lnf_mean = nullptr, *lnf_rstd = nullptr, *losses = nullptr;  // (Nl), (Nl), (N)
     float *logits = nullptr, *dlogits = nullptr;                        // (N, Vl)
+    float* tape_dout = nullptr;  // (N, max(C, 4C/t)) ZB-H1's weight pass: a layer's output gradient
   };
 
   void ensure_buffers(int B, int T);
   void ensure_staging();
   void assign_activations(Saved& s);
+  void backward_pass(const float* doutput, float loss_scale, bool split);
   float head_forward(const int* targets);
   void head_backward(float loss_scale);
   std::size_t region_elements() const { return dims_.rows() * static_cast<std::size_t>(dims_.C); }
@@ -158,6 +163,8 @@ class MixedTensorParallelModel final : public TpShardModel, private BlockRunner 
   int num_blocks() const override { return slice().count(config()); }
   void forward_block(int block, int slot, ActPlace x) override;
   void backward_block(int block, int slot, ActPlace x) override;
+  // Block l's backward from slot `slot` with input x; with `defer`, ZB-H1's input pass.
+  void backward_block_at(int l, int slot, const std::uint16_t* x, const DeferWeightGrad* defer);
   void keep_boundary(int s, ActPlace x) override;
   void store_output(ActPlace x) override;
   void recompute_attention(int block, int slot) override;

@@ -136,6 +136,19 @@ void TensorParallelModel::backward(double loss_scale) {
 }
 
 void TensorParallelModel::backward_slice(const float* doutput, float loss_scale) {
+  backward_pass(doutput, loss_scale, false);
+}
+
+void TensorParallelModel::backward_input(const float* doutput, float loss_scale) {
+  backward_pass(doutput, loss_scale, true);
+}
+
+void TensorParallelModel::backward_weight() {
+  SCALELAB_CHECK(!acts_.tape.empty() || num_blocks() == 0, "backward_weight() without a backward_input() before it");
+  acts_.tape.apply();
+}
+
+void TensorParallelModel::backward_pass(const float* doutput, float loss_scale, bool split) {
   SCALELAB_CHECK(acts_.buffer.size() > 0, "backward with no saved forward");
   const int C = config().channels, N = static_cast<int>(dims_.N());
   if (slice().head) {
@@ -153,22 +166,29 @@ void TensorParallelModel::backward_slice(const float* doutput, float loss_scale)
   } else {
     std::copy(doutput, doutput + region_elements(), dres_);  // d loss / d output, from the next stage
   }
-  walk_blocks_backward(*this, policy_);
+  if (split) {
+    // Every block's input gradient now (no checkpointing: block l's activations in slot l), the
+    // linear layers' weight gradients on the tape.
+    SCALELAB_CHECK(policy_.kind == CheckpointPolicy::Kind::kNone,
+                   "the split backward reads saved activations: it runs without checkpointing");
+    acts_.tape.reserve(static_cast<std::size_t>(num_blocks()) * dims_.N() * (2 * C + 7 * dims_.Cl()), tracker_);
+    const DeferWeightGrad defer = [this](float* dweight, const float* dout, const float* inp, int n, int c, int oc) {
+      acts_.tape.record(dweight, nullptr, dout, inp, n, c, oc);
+    };
+    for (int l = num_blocks() - 1; l >= 0; --l) {
+      label("block " + std::to_string(slice().first_layer + l));
+      const float* x = l == 0 ? acts_.encoded : acts_.blocks[static_cast<std::size_t>(l - 1)].residual3;
+      tp_block_backward(tp_, dres_, g_.blocks[l], acts_.blocks[static_cast<std::size_t>(l)], w_.blocks[l], x, scratch_,
+                        dims_, &defer);
+    }
+  } else {
+    walk_blocks_backward(*this, policy_);
+  }
   if (!slice().embeddings) return;  // dres_ is d loss / d input: input_grad()
   label("embedding");
   vocab_parallel_embedding_backward(tp_, g_.wte, g_.wpe, dres_, scratch_.full, acts_.tokens.data(), shard_.vocab(),
                                     dims_.B, dims_.T, C);
 }
-
-void refuse_tp_split_backward() {
-  throw ConfigError(
-      "schedule: zb-h1's split backward is not built for tensor-parallel pipeline stages; use --schedule 1f1b "
-      "(or afab, interleaved:V) with --tp");
-}
-
-void TensorParallelModel::backward_input(const float*, float) { refuse_tp_split_backward(); }
-
-void TensorParallelModel::backward_weight() { refuse_tp_split_backward(); }
 
 void TensorParallelModel::stash_activations(int key) {
   SCALELAB_CHECK(acts_.buffer.size() > 0, "stash_activations(", key, ") with no forward to stash");
@@ -181,11 +201,15 @@ void TensorParallelModel::restore_activations(int key) {
   const auto it = stash_.find(key);
   SCALELAB_CHECK(it != stash_.end(), "no activations stashed under key ", key);
   SCALELAB_CHECK(it->second.dims.B == dims_.B && it->second.dims.T == dims_.T, "stashed activations of another shape");
+  SCALELAB_CHECK(acts_.tape.empty(), "activations replaced while their weight gradients are still deferred");
   acts_ = std::move(it->second);
   stash_.erase(it);
 }
 
-void TensorParallelModel::release_activations() { acts_ = Saved{}; }
+void TensorParallelModel::release_activations() {
+  SCALELAB_CHECK(acts_.tape.empty(), "activations released while their weight gradients are still deferred");
+  acts_ = Saved{};
+}
 
 void TensorParallelModel::forward_block(int l, int slot, ActPlace x) {
   label("block " + std::to_string(slice().first_layer + l));

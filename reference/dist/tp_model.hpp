@@ -38,6 +38,7 @@
 #include "dist/tp_operators.hpp"
 #include "dist/tp_shard_model.hpp"
 #include "model/block_walk.hpp"
+#include "model/split_backward.hpp"
 
 namespace scalelab {
 
@@ -98,7 +99,11 @@ class TensorParallelModel final : public TpShardModel, private BlockRunner {
   float forward_slice(const int* tokens, const float* input, const int* targets, int B, int T) override;
   const float* output() const override { return acts_.final_input; }
   void backward_slice(const float* doutput, float loss_scale) override;
-  // ZB-H1's split backward is not built for tensor-parallel chunks: ConfigError.
+  // ZB-H1's split backward (model/split_backward.hpp): backward_slice with the blocks' linear
+  // layers' weight gradients on a tape (tp_block_backward's `defer`: each layer's output gradient,
+  // (N, C) for the row-parallel c_proj layers and (N, OC/t) for the column-parallel ones, 2 N C +
+  // 7 N C/t floats per block), added by backward_weight. The collectives all run in the input
+  // pass. Without checkpointing.
   void backward_input(const float* doutput, float loss_scale) override;
   void backward_weight() override;
   const float* input_grad() const override { return dres_; }
@@ -133,9 +138,11 @@ class TensorParallelModel final : public TpShardModel, private BlockRunner {
       float* losses = nullptr;     // (N)
     } head;
     std::vector<int> tokens, targets;
+    WeightGradTape<float> tape;  // ZB-H1: the weight gradients its backward_input deferred
   };
 
   void ensure_buffers(int B, int T);
+  void backward_pass(const float* doutput, float loss_scale, bool split);
   template <typename Values>
   void carve_activations(Values& v, Saved& s);
   // BlockRunner (model/block_walk.hpp).

@@ -40,7 +40,4 @@ class TpShardModel : public TrainModel, public PipelineChunk {
   virtual void broadcast_params(Communicator& group, int root) = 0;
 };
 
-// ZB-H1's split backward is not built for tensor-parallel chunks: throws the ConfigError saying so.
-[[noreturn]] void refuse_tp_split_backward();
-
 }  // namespace scalelab

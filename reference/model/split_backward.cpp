@@ -48,11 +48,15 @@ template <typename F>
 void matmul_backward_weight(F* dweight, F* dbias, const F* dout, const F* inp, int N, int C, int OC) {
   // The second and third pieces of matmul_backward (model/layers/matmul.cpp), unchanged.
   gemm<F>(true, false, OC, C, N, F(1), dout, OC, inp, C, F(1), dweight, C);
-  if (dbias)
-    for (int i = 0; i < N; ++i) {
-      const F* d = dout + static_cast<std::size_t>(i) * OC;
-      for (int j = 0; j < OC; ++j) dbias[j] += d[j];
-    }
+  if (dbias) matmul_backward_bias(dbias, dout, N, OC);
+}
+
+template <typename F>
+void matmul_backward_bias(F* dbias, const F* dout, int N, int OC) {
+  for (int i = 0; i < N; ++i) {
+    const F* d = dout + static_cast<std::size_t>(i) * OC;
+    for (int j = 0; j < OC; ++j) dbias[j] += d[j];
+  }
 }
 
 namespace {
@@ -96,6 +100,8 @@ template void matmul_backward_input<float>(float*, const float*, const float*, i
 template void matmul_backward_input<double>(double*, const double*, const double*, int, int, int);
 template void matmul_backward_weight<float>(float*, float*, const float*, const float*, int, int, int);
 template void matmul_backward_weight<double>(double*, double*, const double*, const double*, int, int, int);
+template void matmul_backward_bias<float>(float*, const float*, int, int);
+template void matmul_backward_bias<double>(double*, const double*, int, int);
 template class WeightGradTape<float>;
 template class WeightGradTape<double>;
 template void block_backward_input<float>(float*, const BlockView<float>&, const BlockActs<float>&,

@@ -55,6 +55,9 @@ template <typename F>
 void matmul_backward_input(F* dinp, const F* dout, const F* weight, int N, int C, int OC);
 template <typename F>
 void matmul_backward_weight(F* dweight, F* dbias, const F* dout, const F* inp, int N, int C, int OC);
+// Its bias part alone: dbias (OC) += the column sums of dout (N,OC).
+template <typename F>
+void matmul_backward_bias(F* dbias, const F* dout, int N, int OC);
 
 // Elements one block records: the output gradients of qkv (3C), attn proj (C), fc (4C) and
 // mlp proj (C), each over B*T positions.

@@ -331,10 +331,7 @@ void MixedPrecisionModel::backward_pass(const float* doutput, double loss_scale,
     // are saved, slot l for block l), the linear layers' weight gradients on the tape.
     SCALELAB_CHECK(policy_.kind == CheckpointPolicy::Kind::kNone,
                    "the split backward reads saved activations: it runs without checkpointing");
-    SCALELAB_CHECK(tape_.entries.empty(), "backward_input() again before backward_weight()");
-    tape_.douts = Buffer<std::uint16_t>(slice_.num_layers * block_tape_elements(B, T, C), MemCategory::kActivations,
-                                        tracker_);
-    tape_.used = 0;
+    tape_.reserve(slice_.num_layers * block_tape_elements(B, T, C), format_, tracker_);
     for (int l = slice_.num_layers - 1; l >= 0; --l)
       backward_block_input(l, l, l == 0 ? acts_.encoded : block_output(l - 1));
   } else {
@@ -381,37 +378,19 @@ void MixedPrecisionModel::head_backward(double loss_scale, int N) {
 }
 
 void MixedPrecisionModel::backward_weight() {
-  SCALELAB_CHECK(!tape_.entries.empty() || slice_.num_layers == 0,
-                 "backward_weight() without a backward_input() before it");
-  // Each layer's weight and bias gradients widened, the deferred products added in fp32 (the
-  // pieces of matmul_backward that backward_slice would have run), rounded once. The staging is
-  // free between passes: a block slot's activations hold any layer input (N, up to 4C), the
-  // scratch's dwide any output gradient, the block's gradient staging any layer's gradients.
-  for (const TapeEntry& e : tape_.entries) {
-    const std::size_t in = static_cast<std::size_t>(e.N) * e.C, out = static_cast<std::size_t>(e.N) * e.OC;
-    const std::size_t w = static_cast<std::size_t>(e.OC) * e.C;
-    float *inp = stage_.acts_base, *dout = stage_.scratch.dwide, *dweight = stage_.gblock, *dbias = stage_.gblock + w;
-    widen(inp, e.inp, in);
-    widen(dout, tape_.douts.data() + e.dout, out);
-    widen_grads(dweight, e.dweight, w);
-    widen_grads(dbias, e.dbias, static_cast<std::size_t>(e.OC));
-    matmul_backward_weight(dweight, dbias, dout, inp, e.N, e.C, e.OC);
-    store_grads(e.dweight, dweight, w);
-    store_grads(e.dbias, dbias, static_cast<std::size_t>(e.OC));
-  }
-  tape_ = WeightTape{};
+  SCALELAB_CHECK(!tape_.empty() || slice_.num_layers == 0, "backward_weight() without a backward_input() before it");
+  SCALELAB_CHECK(grad_data_ != nullptr, "the split backward writes the model's own gradient buffer");
+  // The staging is free between passes: a block slot's activations hold any layer's input (N, up
+  // to 4C), the scratch's dwide any output gradient, the block's gradient staging any layer's.
+  tape_.apply(grad_data_, stage_.acts_base, stage_.scratch.dwide, stage_.gblock);
 }
 
 void MixedPrecisionModel::record_weight_grad(int l, int slot, const float* dweight, const float* dbias,
                                              const float* dout, const float* inp, int N, int C, int OC) {
-  const std::size_t n = static_cast<std::size_t>(N) * OC, block = offsets_.blocks[static_cast<std::size_t>(l)];
-  SCALELAB_CHECK(tape_.used + n <= tape_.douts.size(), "the weight-gradient tape holds ", tape_.douts.size(),
-                 " values, ", tape_.used + n, " were recorded");
-  float_to_half(tape_.douts.data() + tape_.used, dout, n, format_);  // exact: dout holds half values
-  tape_.entries.push_back({block + static_cast<std::size_t>(dweight - stage_.gblock),
-                           block + static_cast<std::size_t>(dbias - stage_.gblock),
-                           acts_.blocks[slot] + (inp - stage_.acts_base), tape_.used, N, C, OC});
-  tape_.used += n;
+  const std::size_t block = offsets_.blocks[static_cast<std::size_t>(l)];
+  tape_.record(block + static_cast<std::size_t>(dweight - stage_.gblock),
+               block + static_cast<std::size_t>(dbias - stage_.gblock), dout,
+               acts_.blocks[slot] + (inp - stage_.acts_base), N, C, OC);
 }
 
 void MixedPrecisionModel::stash_activations(int key) {
@@ -424,7 +403,7 @@ void MixedPrecisionModel::stash_activations(int key) {
   saved.tokens = std::move(tokens_);
   saved.targets = std::move(targets_);
   saved.tape = std::move(tape_);
-  tape_ = WeightTape{};
+  tape_ = HalfWeightTape{};
   acts_.B = 0;
   tokens_.clear();
   targets_.clear();
@@ -444,7 +423,7 @@ void MixedPrecisionModel::restore_activations(int key) {
 }
 
 void MixedPrecisionModel::release_activations() {
-  SCALELAB_CHECK(tape_.entries.empty(), "activations released while their weight gradients are still deferred");
+  SCALELAB_CHECK(tape_.empty(), "activations released while their weight gradients are still deferred");
   act_buffer_ = Buffer<std::uint16_t>();
   lse_buffer_ = Buffer<float>();
   acts_.B = 0;

@@ -38,6 +38,7 @@
 #include "model/train_model.hpp"
 #include "precision/half.hpp"
 #include "precision/half_type.hpp"
+#include "precision/half_weight_tape.hpp"
 
 namespace scalelab {
 
@@ -293,26 +294,14 @@ class MixedPrecisionModel final : public TrainModel, private BlockRunner {
   HalfActivations acts_;
   Staging stage_;
   std::vector<int> tokens_, targets_;
-  // Zero-bubble: the weight gradients backward_input deferred, one entry per linear layer.
-  struct TapeEntry {
-    std::size_t dweight, dbias;  // offsets of the layer's weight and bias gradients in the flat buffer
-    const std::uint16_t* inp;    // (N,C) its input, in a saved half block slot
-    std::size_t dout;            // (N,OC) its output gradient, at this offset of `douts`
-    int N, C, OC;
-  };
-  struct WeightTape {
-    Buffer<std::uint16_t> douts;  // activations: freed by backward_weight
-    std::vector<TapeEntry> entries;
-    std::size_t used = 0;
-  };
-  WeightTape tape_;
+  HalfWeightTape tape_;  // zero-bubble: the weight gradients backward_input deferred
   // Stage 05: the activations of micro-batches in flight, by key.
   struct SavedForward {
     Buffer<std::uint16_t> act_buffer;
     Buffer<float> lse_buffer;
     HalfActivations acts;
     std::vector<int> tokens, targets;
-    WeightTape tape;
+    HalfWeightTape tape;
   };
   std::map<int, SavedForward> stash_;
   CheckpointPolicy policy_;

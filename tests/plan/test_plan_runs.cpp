@@ -186,6 +186,10 @@ TEST_CASE("composed layouts, tp x pp, and dp x pp and dp x tp with and without Z
   check_against_plan(world, {2, 2, 0, 4, true, "1f1b", "sqrt"});
   check_against_plan(world, {2, 2, 0, 2, true, "afab"});
   check_against_plan(world, {2, 2, 0, 2, true, "1f1b", "sqrt", "flash"});  // stage 08 inside tp x pp
+  check_against_plan(world, {2, 2, 0, 4, true, "zb-h1"});                  // the tape: 2 N C + 7 N C/t per block
+  Run zb{2, 2, 0, 4, false, "zb-h1"};
+  zb.precision = "bf16";
+  check_against_plan(world, zb);
   for (int zero : {0, 1}) {
     check_against_plan(world, {2, 1, zero, 1});
     check_against_plan(world, {2, 1, zero, 2, true});
