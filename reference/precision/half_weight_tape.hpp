@@ -26,7 +26,8 @@ class HalfWeightTape {
   // dweight (OC,C) += dout^T (OC,N) @ inp (N,C) and dbias (OC) += column sums of dout, later; the
   // gradients at these offsets of the flat half buffer (dbias kNoBias: none). dout (N,OC) is
   // copied now; inp (N,C) must stay valid until apply().
-  void record(std::size_t dweight, std::size_t dbias, const float* dout, const std::uint16_t* inp, int N, int C, int OC);
+  void record(std::size_t dweight, std::size_t dbias, const float* dout, const std::uint16_t* inp, int N, int C,
+              int OC);
   // The recorded products in the order recorded, into grads (the flat half buffer), through fp32
   // workspace: inp_stage (N,C), dout_stage (N,OC), grad_stage (OC C + OC) for the largest layer.
   // Then the tape is empty and its memory freed.
