@@ -6,9 +6,12 @@
 #include <string>
 
 #include "compare.hpp"
+#include "ddp_fixtures.hpp"
 #include "dist/pipeline_strategy.hpp"
 #include "model/params.hpp"
 #include "optim/adamw.hpp"
+#include "parallel/strategy_factory.hpp"
+#include "resume_runs.hpp"
 #include "strategy_harness.hpp"
 
 namespace scalelab_test {
@@ -36,6 +39,32 @@ struct PipelineHarness : StrategyHarness {
   }
   scalelab::PipelineStageModel& stage() { return strategy->stage(); }
 };
+
+// The resume tests' run: `tiny` with 4 layers, 8 rows in 2 micro-batches, 4 steps, over every
+// rank as one pipeline, its tokens in `data_file` (per world size, ddp_fixtures.hpp).
+inline scalelab::TrainOptions pipeline_resume_options(scalelab::Communicator& world, const std::string& data_file,
+                                                      std::uint64_t seed) {
+  scalelab::TrainOptions o;
+  o.config = "tiny";
+  o.shape.num_layers = 4;
+  o.batch = 8;
+  o.steps = 4;
+  o.seed = seed;
+  o.data = tiny_token_shard(world, data_file);
+  o.parallel.pp = world.size();
+  o.parallel.micro_batches = 2;
+  return o;
+}
+
+// A run saved after 2 steps and resumed for 2 (resume_runs.hpp) against 4 straight steps: this
+// stage's parameters (or master weights) bit for bit.
+inline void check_resume(const scalelab::TrainOptions& o, const std::string& state, scalelab::Communicator& world) {
+  const auto runs = run_straight_and_resumed(o, state, scalelab::make_strategy_factory(&world));
+  const std::size_t n = runs->straight->model().num_params();
+  REQUIRE(runs->resumed->model().num_params() == n);
+  CHECK_MATCH(compare_bitwise("this stage's parameters (master weights), resumed vs straight",
+                              runs->resumed->model().master_params(), runs->straight->model().master_params(), n));
+}
 
 // Each tensor this stage holds against the same tensor of a whole-model buffer `want` (laid out
 // by ParamLayout(config)): bitwise, except the tied wte, within |a - b| <= rtol |b| + atol.

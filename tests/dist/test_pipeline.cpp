@@ -280,26 +280,13 @@ TEST_CASE("one Chrome trace holds every rank's timeline, each rank its own track
 
 TEST_CASE("a pipeline run saved after 2 steps and resumed for 2 equals 4 steps, bit for bit", "[pipeline_resume]") {
   Communicator& world = test_world();
-  const int p = world.size();
-  if (p < 2) return;
-  TrainOptions o;
-  o.config = "tiny";
-  o.shape.num_layers = 4;
-  o.batch = 8;
-  o.steps = 4;
-  o.seed = kSeed;
-  o.data = tiny_token_shard(world, "scalelab_pipeline_resume.bin");
-  o.parallel.pp = p;
-  o.parallel.micro_batches = 2;
+  if (world.size() < 2) return;
+  TrainOptions o = pipeline_resume_options(world, "scalelab_pipeline_resume.bin", kSeed);
   const std::string state = per_world_temp_path(world, "scalelab_pipeline_resume.state");
   for (const std::string schedule : {"1f1b", "zb-h1"}) {
     INFO(where(world) << ", " << schedule);
     o.parallel.schedule = schedule;
-    const auto runs = run_straight_and_resumed(o, state, make_strategy_factory(&world));
-    const std::size_t n = runs->straight->model().num_params();
-    REQUIRE(runs->resumed->model().num_params() == n);
-    CHECK_MATCH(compare_bitwise("this stage's parameters, resumed vs straight", runs->resumed->model().master_params(),
-                                runs->straight->model().master_params(), n));
+    check_resume(o, state, world);
   }
 }
 

@@ -258,15 +258,7 @@ TEST_CASE("a mixed-precision pipeline run saved after 2 steps and resumed for 2 
   Communicator& world = test_world();
   const int p = world.size();
   if (p < 2) return;
-  TrainOptions o;
-  o.config = "tiny";
-  o.shape.num_layers = 4;
-  o.batch = 8;
-  o.steps = 4;
-  o.seed = kSeed;
-  o.data = tiny_token_shard(world, "scalelab_pipeline_mixed_resume.bin");
-  o.parallel.pp = p;
-  o.parallel.micro_batches = 2;
+  TrainOptions o = pipeline_resume_options(world, "scalelab_pipeline_mixed_resume.bin", kSeed);
   o.precision = "fp16";  // the loss scaler's state travels too
   const std::string state = per_world_temp_path(world, "scalelab_pipeline_mixed_resume.state");
   // p stages; on 4 ranks also 2 stages x 2 replicas with ZeRO-1 (each replica saves and reloads
@@ -277,10 +269,6 @@ TEST_CASE("a mixed-precision pipeline run saved after 2 steps and resumed for 2 
     INFO(where(world) << ", pp " << pp << ", zero " << zero);
     o.parallel.pp = pp;
     o.parallel.zero = zero;
-    const auto runs = run_straight_and_resumed(o, state, make_strategy_factory(&world));
-    const std::size_t n = runs->straight->model().num_params();
-    REQUIRE(runs->resumed->model().num_params() == n);
-    CHECK_MATCH(compare_bitwise("this stage's master weights, resumed vs straight",
-                                runs->resumed->model().master_params(), runs->straight->model().master_params(), n));
+    check_resume(o, state, world);
   }
 }
