@@ -46,6 +46,13 @@ struct TpDims {
 // parallelism its N = B T token rows must split over the group: ConfigError otherwise.
 TpDims tp_dims(const TpGroup& tp, const GPTConfig& config, int B, int T, AttentionKind attention);
 
+// ZB-H1's tape for one block of this rank (tp_block_backward with `defer`): the output gradients
+// of its four linear layers, N rows each: (N, C) for the row-parallel c_proj layers (the
+// gathered dy), (N, 3C/t) and (N, 4C/t) for the column-parallel c_attn and c_fc.
+inline std::size_t tp_block_tape_elements(const TpDims& d) {
+  return d.N() * (2 * static_cast<std::size_t>(d.C) + 7 * static_cast<std::size_t>(d.Cl()));
+}
+
 // Lays one block's saved activations (shapes above) into `values`, stage 00's field order.
 // Values has take(n) (a Carver, or a counter that sizes the buffer first). With own_att false
 // `att` is left for the caller (selective checkpointing's shared buffer).

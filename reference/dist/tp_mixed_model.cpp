@@ -125,12 +125,11 @@ void MixedTensorParallelModel::ensure_staging() {
   const std::size_t att = static_cast<std::size_t>(d.NHl()) * N * d.T;
   const std::size_t NVl = slice().head ? N * shard_.vocab().local : 0;
   const std::size_t head = slice().head ? N * d.C + 2 * Nl + N + 2 * NVl : 0;
-  const std::size_t tape_dout = N * static_cast<std::size_t>(std::max(d.C, 4 * d.Cl()));
   Counter<float> block, scratch;
   carve_tp_block_acts(stage_.acts, block, d, !selective);
   carve_tp_block_scratch(stage_.scratch, scratch, d);
   stage_buffer_ = Buffer<float>();
-  stage_buffer_ = Buffer<float>(block.used + (selective ? att : 0) + scratch.used + 3 * region + head + tape_dout,
+  stage_buffer_ = Buffer<float>(block.used + (selective ? att : 0) + scratch.used + 3 * region + head,
                                 MemCategory::kWorkspace, tracker_);
   Carver<float> p(stage_buffer_.data(), stage_buffer_.size());
   // One block slot in fp32, laid out as a half slot; the lse of chunked and flash is carved last
@@ -145,7 +144,6 @@ void MixedTensorParallelModel::ensure_staging() {
   stage_.x = p.take(region);
   stage_.dres = p.take(region);
   stage_.out = p.take(region);
-  stage_.tape_dout = p.take(tape_dout);
   if (slice().head) {
     stage_.lnf = p.take(N * d.C);
     stage_.lnf_mean = p.take(Nl);
@@ -315,8 +313,12 @@ void MixedTensorParallelModel::backward_input(const float* doutput, float loss_s
 
 void MixedTensorParallelModel::backward_weight() {
   SCALELAB_CHECK(!acts_.tape.empty() || num_blocks() == 0, "backward_weight() without a backward_input() before it");
-  // The staging is free between passes: a block slot's activations hold any layer's input.
-  acts_.tape.apply(grad_data_, stage_.acts_base, stage_.tape_dout, gblock_base_);
+  // The staging is free between passes. A block slot's activations hold a linear layer's input
+  // and its output gradient side by side, each at most (N, max(C, 4C/t)): the slot keeps ln_1
+  // and ln_2 (N C each) and fch and fch_gelu (N 4C/t each).
+  const std::size_t io = stage_.dims.N() * static_cast<std::size_t>(std::max(stage_.dims.C, 4 * stage_.dims.Cl()));
+  SCALELAB_CHECK(2 * io <= stage_.acts_count, "a block slot's staging holds no layer's input and output gradient");
+  acts_.tape.apply(grad_data_, stage_.acts_base, stage_.acts_base + io, gblock_base_);
 }
 
 void MixedTensorParallelModel::backward_pass(const float* doutput, float loss_scale, bool split) {
@@ -336,9 +338,7 @@ void MixedTensorParallelModel::backward_pass(const float* doutput, float loss_sc
     // layers' weight gradients on the half tape (their inputs where the saved slots keep them).
     SCALELAB_CHECK(policy_.kind == CheckpointPolicy::Kind::kNone,
                    "the split backward reads saved activations: it runs without checkpointing");
-    const std::size_t N = dims_.N();
-    acts_.tape.reserve(static_cast<std::size_t>(num_blocks()) * N * (2 * config().channels + 7 * dims_.Cl()), format_,
-                       tracker_);
+    acts_.tape.reserve(static_cast<std::size_t>(num_blocks()) * tp_block_tape_elements(dims_), format_, tracker_);
     for (int l = num_blocks() - 1; l >= 0; --l) {
       const DeferWeightGrad defer = [this, l](float* dweight, const float* dout, const float* inp, int n, int c,
                                               int oc) {
@@ -436,26 +436,11 @@ void MixedTensorParallelModel::finish_gradients() {
 
 // ---- micro-batches in flight ----
 
-void MixedTensorParallelModel::stash_activations(int key) {
-  SCALELAB_CHECK(acts_.buffer.size() > 0, "stash_activations(", key, ") with no forward to stash");
-  SCALELAB_CHECK(!stash_.count(key), "activations of key ", key, " are already stashed");
-  stash_[key] = std::move(acts_);  // the buffers move; the pointers into them stay valid
-  acts_ = Saved{};
-}
+void MixedTensorParallelModel::stash_activations(int key) { in_flight_.stash(acts_, key); }
 
-void MixedTensorParallelModel::restore_activations(int key) {
-  const auto it = stash_.find(key);
-  SCALELAB_CHECK(it != stash_.end(), "no activations stashed under key ", key);
-  SCALELAB_CHECK(it->second.dims.B == dims_.B && it->second.dims.T == dims_.T, "stashed activations of another shape");
-  SCALELAB_CHECK(acts_.tape.empty(), "activations replaced while their weight gradients are still deferred");
-  acts_ = std::move(it->second);
-  stash_.erase(it);
-}
+void MixedTensorParallelModel::restore_activations(int key) { in_flight_.restore(acts_, key, dims_); }
 
-void MixedTensorParallelModel::release_activations() {
-  SCALELAB_CHECK(acts_.tape.empty(), "activations released while their weight gradients are still deferred");
-  acts_ = Saved{};
-}
+void MixedTensorParallelModel::release_activations() { TpInFlight<Saved>::release(acts_); }
 
 // ---- parameters and the step ----
 

@@ -27,12 +27,12 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <string>
 #include <vector>
 
 #include "core/memory.hpp"
 #include "dist/tp_block.hpp"
+#include "dist/tp_in_flight.hpp"
 #include "dist/tp_shard_model.hpp"
 #include "model/block_walk.hpp"
 #include "precision/half_weight_tape.hpp"
@@ -100,7 +100,7 @@ class MixedTensorParallelModel final : public TpShardModel, private BlockRunner 
   void stash_activations(int key) override;
   void restore_activations(int key) override;
   void release_activations() override;
-  std::size_t stashed_count() const override { return stash_.size(); }
+  std::size_t stashed_count() const override { return in_flight_.size(); }
 
  private:
   // One forward's saved activations in half (and the fp32 lse of chunked and flash attention), with
@@ -139,7 +139,6 @@ class MixedTensorParallelModel final : public TpShardModel, private BlockRunner 
     float* lnf = nullptr;   // (N, C) ln_f's output, gathered
     float *lnf_mean = nullptr, *lnf_rstd = nullptr, *losses = nullptr;  // (Nl), (Nl), (N)
     float *logits = nullptr, *dlogits = nullptr;                        // (N, Vl)
-    float* tape_dout = nullptr;  // (N, max(C, 4C/t)) ZB-H1's weight pass: a layer's output gradient
   };
 
   void ensure_buffers(int B, int T);
@@ -200,7 +199,7 @@ class MixedTensorParallelModel final : public TpShardModel, private BlockRunner 
   AttentionKind attention_ = AttentionKind::kNaive;
   TpDims dims_;  // the last forward's
   Saved acts_;
-  std::map<int, Saved> stash_;
+  TpInFlight<Saved> in_flight_;
   Buffer<float> stage_buffer_;
   Staging stage_;
   const float* output_ = nullptr;

@@ -171,7 +171,7 @@ void TensorParallelModel::backward_pass(const float* doutput, float loss_scale, 
     // linear layers' weight gradients on the tape.
     SCALELAB_CHECK(policy_.kind == CheckpointPolicy::Kind::kNone,
                    "the split backward reads saved activations: it runs without checkpointing");
-    acts_.tape.reserve(static_cast<std::size_t>(num_blocks()) * dims_.N() * (2 * C + 7 * dims_.Cl()), tracker_);
+    acts_.tape.reserve(static_cast<std::size_t>(num_blocks()) * tp_block_tape_elements(dims_), tracker_);
     const DeferWeightGrad defer = [this](float* dweight, const float* dout, const float* inp, int n, int c, int oc) {
       acts_.tape.record(dweight, nullptr, dout, inp, n, c, oc);
     };
@@ -190,26 +190,11 @@ void TensorParallelModel::backward_pass(const float* doutput, float loss_scale, 
                                     dims_.B, dims_.T, C);
 }
 
-void TensorParallelModel::stash_activations(int key) {
-  SCALELAB_CHECK(acts_.buffer.size() > 0, "stash_activations(", key, ") with no forward to stash");
-  SCALELAB_CHECK(!stash_.count(key), "activations of key ", key, " are already stashed");
-  stash_[key] = std::move(acts_);
-  acts_ = Saved{};
-}
+void TensorParallelModel::stash_activations(int key) { in_flight_.stash(acts_, key); }
 
-void TensorParallelModel::restore_activations(int key) {
-  const auto it = stash_.find(key);
-  SCALELAB_CHECK(it != stash_.end(), "no activations stashed under key ", key);
-  SCALELAB_CHECK(it->second.dims.B == dims_.B && it->second.dims.T == dims_.T, "stashed activations of another shape");
-  SCALELAB_CHECK(acts_.tape.empty(), "activations replaced while their weight gradients are still deferred");
-  acts_ = std::move(it->second);
-  stash_.erase(it);
-}
+void TensorParallelModel::restore_activations(int key) { in_flight_.restore(acts_, key, dims_); }
 
-void TensorParallelModel::release_activations() {
-  SCALELAB_CHECK(acts_.tape.empty(), "activations released while their weight gradients are still deferred");
-  acts_ = Saved{};
-}
+void TensorParallelModel::release_activations() { TpInFlight<Saved>::release(acts_); }
 
 void TensorParallelModel::forward_block(int l, int slot, ActPlace x) {
   label("block " + std::to_string(slice().first_layer + l));

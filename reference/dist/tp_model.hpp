@@ -26,7 +26,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -34,6 +33,7 @@
 #include "dist/norm_share.hpp"
 #include "dist/pipeline_chunk.hpp"
 #include "dist/tp_block.hpp"
+#include "dist/tp_in_flight.hpp"
 #include "dist/tp_layout.hpp"
 #include "dist/tp_operators.hpp"
 #include "dist/tp_shard_model.hpp"
@@ -110,7 +110,7 @@ class TensorParallelModel final : public TpShardModel, private BlockRunner {
   void stash_activations(int key) override;
   void restore_activations(int key) override;
   void release_activations() override;
-  std::size_t stashed_count() const override { return stash_.size(); }
+  std::size_t stashed_count() const override { return in_flight_.size(); }
 
   // The last forward's saved activations, for tests: the logits' softmax (this rank's columns,
   // (N, Vl)), the embeddings' output (Nl, C) and block slot i's activations (dist/tp_block.hpp).
@@ -170,7 +170,7 @@ class TensorParallelModel final : public TpShardModel, private BlockRunner {
   AttentionKind attention_ = AttentionKind::kNaive;
   TpDims dims_;  // the scratch's shape (the last forward's)
   Saved acts_;
-  std::map<int, Saved> stash_;
+  TpInFlight<Saved> in_flight_;
   Buffer<float> scratch_buffer_;
   // Workspace (in scratch_buffer_).
   TpBlockScratch scratch_;
