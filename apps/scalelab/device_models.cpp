@@ -5,6 +5,7 @@
 
 #ifdef SCALELAB_HAVE_CUDA
 #include "kernels/core/device.hpp"
+#include "kernels/dist/gpu_pipeline_chunk.hpp"
 #include "kernels/dist/gpu_zero_model.hpp"
 #include "kernels/dist/host_staging_communicator.hpp"
 #include "kernels/model/gpu_train_model.hpp"
@@ -117,6 +118,16 @@ ZeroModelFactory zero_model_factory(const std::string& device, bool nccl, double
   };
 #else
   (void)nccl, (void)timeout_seconds;
+  require_cuda();  // throws: no GPU models in this build
+  return {};
+#endif
+}
+
+DeviceChunkFactory pipeline_chunk_factory(const std::string& device) {
+  if (device != "cuda") return {};
+#ifdef SCALELAB_HAVE_CUDA
+  return cuda::make_gpu_pipeline_chunk;
+#else
   require_cuda();  // throws: no GPU models in this build
   return {};
 #endif

@@ -8,6 +8,7 @@
 
 #include "comm/communicator.hpp"
 #include "dist/ddp_strategy.hpp"
+#include "dist/device_chunk.hpp"
 #include "dist/zero_train_model.hpp"
 #include "train/trainer.hpp"
 
@@ -28,6 +29,9 @@ GradCommFactory gradient_communicator_factory(const std::string& device, bool nc
 // data-parallel group, its gradients and parameters moving through NCCL (nccl set) or the
 // host-staging adapter. Empty for cpu.
 ZeroModelFactory zero_model_factory(const std::string& device, bool nccl, double timeout_seconds);
+// Stage 05 on the GPU: a pipeline stage's chunks as GPU slices (kernels/dist/gpu_pipeline_chunk.hpp).
+// Empty for cpu.
+DeviceChunkFactory pipeline_chunk_factory(const std::string& device);
 // --backend nccl: throws ConfigError unless the device is cuda and this build has NCCL. Called
 // before MPI starts, so every rank fails alike with one message.
 void require_nccl_backend(const std::string& device);

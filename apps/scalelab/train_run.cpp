@@ -52,7 +52,8 @@ RunSummary run_training(const TrainOptions& options, const RunOutput& out, Commu
   const bool nccl = options.parallel.backend == "nccl";
   Trainer trainer(options, &tracker, model_factory_for(options.device),
                   make_strategy_factory(world, grad_comm,
-                                        zero_model_factory(options.device, nccl, options.parallel.comm_timeout)));
+                                        zero_model_factory(options.device, nccl, options.parallel.comm_timeout),
+                                        pipeline_chunk_factory(options.device)));
   const bool parallel = !options.parallel.single_device() || (world && world->size() > 1);
   MetricsWriter metrics = options.metrics.empty() ? MetricsWriter() : MetricsWriter(options.metrics);
   RunSummary summary;

@@ -68,7 +68,7 @@ GpuZeroModel<F>::GpuZeroModel(const GPTConfig& config, int stage, Communicator& 
       dp_(dp),
       tracker_(tracker),
       shards_((config.validate(), config), dp.rank(), dp.size()),
-      gpt_(config, tracker, GpuOptions{false, stage == 1, stage <= 2}),
+      gpt_(config, tracker, GpuOptions{false, stage == 1, stage <= 2, ModelSlice{}}),
       dev_(make_comm(dp, gpt_.stream())),
       param_shard_(stage == 3 ? shards_.size() : 0, MemCategory::kParams, tracker),
       grad_shard_(stage >= 2 && !offload ? shards_.size() : 0, MemCategory::kGrads, tracker),

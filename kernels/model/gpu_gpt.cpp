@@ -22,12 +22,14 @@
 
 namespace scalelab::cuda {
 
-std::size_t gpu_stat_elements(const GPTConfig& c, int B, int T, const CheckpointPolicy& policy,
-                              AttentionKind attention) {
-  const std::size_t slots = activation_slots(policy, c.num_layers);
+std::size_t gpu_stat_elements(const GPTConfig& c, int B, int T, const CheckpointPolicy& policy, AttentionKind attention,
+                              const ModelSlice& slice) {
+  const ModelSlice s = slice.resolved(c);
+  const std::size_t slots = activation_slots(policy, s.num_layers);
   const std::size_t lse = attention == AttentionKind::kFlash ? static_cast<std::size_t>(c.num_heads) * B * T
-                                                             : 0;  // per slot
-  return slots * (gpu_block_stat_elements(B, T) + lse) + 3 * static_cast<std::size_t>(B) * T;
+                                                             : 0;             // per slot
+  const std::size_t head = s.head ? 3 * static_cast<std::size_t>(B) * T : 0;  // ln_f's mean and rstd, the losses
+  return slots * (gpu_block_stat_elements(B, T) + lse) + head;
 }
 
 template <typename F>
@@ -46,47 +48,64 @@ std::size_t gpu_logits_padding_elements(const GPTConfig& c, int B, int T) {
 template <typename F>
 GpuGPT<F>::GpuGPT(const GPTConfig& config, MemoryTracker* tracker, const GpuOptions& options)
     : config_(config),
-      layout_((config.validate(), config)),
+      slice_((config.validate(), options.slice.resolved(config))),
+      layout_(config, slice_),
       tracker_(tracker),
       blas_(stream_.get(), tracker, options.allow_tf32),
       params_(options.own_params ? layout_.num_params() : 0, MemCategory::kParams, tracker),
       grads_(options.own_grads ? layout_.num_params() : 0, MemCategory::kGrads, tracker),
       w_(options.own_params
-             ? device_param_view(layout_, config_.num_layers, params_.data())
-             : ParamView<F>{nullptr, nullptr, std::vector<BlockView<F>>(config.num_layers), nullptr, nullptr}),
+             ? device_param_view(layout_, slice_, params_.data())
+             : ParamView<F>{nullptr, nullptr, std::vector<BlockView<F>>(slice_.num_layers), nullptr, nullptr}),
       g_(options.own_grads
-             ? device_param_view(layout_, config_.num_layers, grads_.data())
-             : ParamView<F>{nullptr, nullptr, std::vector<BlockView<F>>(config.num_layers), nullptr, nullptr}),
+             ? device_param_view(layout_, slice_, grads_.data())
+             : ParamView<F>{nullptr, nullptr, std::vector<BlockView<F>>(slice_.num_layers), nullptr, nullptr}),
       loss_(1, MemCategory::kWorkspace, tracker),
       ln_scratch_(layernorm_backward_scratch_elements(config.channels), MemCategory::kWorkspace, tracker) {
+  require(slice_.is_whole(config_) || (options.own_params && options.own_grads), "pp",
+          "a GPU model slice with ZeRO-2 or -3's gradient or parameter hooks", "use --zero 1 with --pp");
   scratch_.ln_partials = ln_scratch_.data();
-  for (int l = 0; l < config_.num_layers; ++l)
-    block_offsets_.push_back(layout_.find("transformer.h." + std::to_string(l) + ".ln_1.weight").offset);
-  lnf_offset_ = layout_.find("transformer.ln_f.weight").offset;
+  for (int l = 0; l < slice_.num_layers; ++l)
+    block_offsets_.push_back(
+        layout_.find("transformer.h." + std::to_string(slice_.first_layer + l) + ".ln_1.weight").offset);
+  if (slice_.head) lnf_offset_ = layout_.find("transformer.ln_f.weight").offset;
 }
 
 template <typename F>
 void GpuGPT<F>::ensure_buffers(int B, int T) {
+  ensure_scratch(B, T);
   const bool same_policy = acts_.policy.kind == policy_.kind && acts_.policy.every == policy_.every;
-  if (acts_.B == B && acts_.T == T && same_policy && acts_attention_ == attention_) return;
-  const bool flash = attention_ == AttentionKind::kFlash;
-  const std::size_t BT = static_cast<std::size_t>(B) * T, BTC = BT * config_.channels;
-  const std::size_t TT = static_cast<std::size_t>(T) * T;
+  // Reallocated when the shape, policy or attention kind changed, or after they were stashed or
+  // released (stage 05).
+  if (act_buffer_.size() > 0 && acts_.B == B && acts_.T == T && same_policy && acts_attention_ == attention_) return;
+  const std::size_t BT = static_cast<std::size_t>(B) * T;
   // Free the old buffers first, so the peak is not their sum.
   act_buffer_ = DeviceBuffer<F>();
   stat_buffer_ = DeviceBuffer<float>();
-  scratch_buffer_ = DeviceBuffer<F>();
   tokens_ = DeviceBuffer<int>();
   targets_ = DeviceBuffer<int>();
-  const std::size_t stats = gpu_stat_elements(config_, B, T, policy_, attention_);
-  const std::size_t values = activation_elements(config_, B, T, policy_, ModelSlice{}, attention_) - stats +
-                             gpu_logits_padding_elements(config_, B, T);
+  const std::size_t stats = gpu_stat_elements(config_, B, T, policy_, attention_, slice_);
+  const std::size_t padding = slice_.head ? gpu_logits_padding_elements(config_, B, T) : 0;
+  const std::size_t values = activation_elements(config_, B, T, policy_, slice_, attention_) - stats + padding;
   act_buffer_ = DeviceBuffer<F>(values, MemCategory::kActivations, tracker_);
   stat_buffer_ = DeviceBuffer<float>(stats, MemCategory::kActivations, tracker_);
+  tokens_ = DeviceBuffer<int>(BT, MemCategory::kWorkspace, tracker_);
+  targets_ = DeviceBuffer<int>(BT, MemCategory::kWorkspace, tracker_);
   assign_activations(B, T);
+}
 
-  const std::size_t datt = flash ? 0 : config_.num_heads * TT;  // attention_scratch_elements(T, NH)
+template <typename F>
+void GpuGPT<F>::ensure_scratch(int B, int T) {
+  if (scratch_B_ == B && scratch_T_ == T && scratch_attention_ == attention_) return;
+  const bool flash = attention_ == AttentionKind::kFlash;
+  const std::size_t BTC = static_cast<std::size_t>(B) * T * config_.channels;
+  const std::size_t datt = flash ? 0
+                                 : config_.num_heads * static_cast<std::size_t>(T) * T;  // attention_scratch_elements
+  scratch_buffer_ = DeviceBuffer<F>();
   scratch_buffer_ = DeviceBuffer<F>(8 * BTC + datt, MemCategory::kWorkspace, tracker_);
+  scratch_B_ = B;
+  scratch_T_ = T;
+  scratch_attention_ = attention_;
   Carver<F> s(scratch_buffer_.data(), scratch_buffer_.size());
   scratch_.proj = s.take(BTC);
   scratch_.dbtc = s.take(BTC);
@@ -94,14 +113,12 @@ void GpuGPT<F>::ensure_buffers(int B, int T) {
   scratch_.datt = flash ? nullptr : s.take(datt);
   dres_ = s.take(BTC);
   dlnf_ = s.take(BTC);
-  tokens_ = DeviceBuffer<int>(BT, MemCategory::kWorkspace, tracker_);
-  targets_ = DeviceBuffer<int>(BT, MemCategory::kWorkspace, tracker_);
 }
 
 template <typename F>
 void GpuGPT<F>::assign_activations(int B, int T) {
   using Kind = CheckpointPolicy::Kind;
-  const int C = config_.channels, L = config_.num_layers, NH = config_.num_heads;
+  const int C = config_.channels, L = slice_.num_layers, NH = config_.num_heads;
   const std::size_t BT = static_cast<std::size_t>(B) * T, BTC = BT * C;
   Carver<F> p(act_buffer_.data(), act_buffer_.size());
   Carver<float> q(stat_buffer_.data(), stat_buffer_.size());
@@ -128,27 +145,43 @@ void GpuGPT<F>::assign_activations(int B, int T) {
     for (auto& b : acts_.blocks) b.att = shared_att;
   }
   if (!has_segments(policy_)) acts_.final_input = acts_.blocks.back().residual3;
-  carve_head_acts(acts_, p, q, B, T, C, padded_vocab());  // probs (B,T,V) with rows Vp apart: B T Vp elements
+  if (slice_.head) carve_head_acts(acts_, p, q, B, T, C, padded_vocab());  // probs (B,T,V), rows Vp apart: B T Vp
   SCALELAB_CHECK(p.used_all(), "activation layout does not add up");
   SCALELAB_CHECK(q.used_all(), "statistics layout does not add up");
 }
 
 template <typename F>
 double GpuGPT<F>::forward(const int* tokens, const int* targets, int B, int T) {
+  SCALELAB_CHECK(slice_.embeddings && slice_.head, "forward() of slice ", slice_.describe(config_),
+                 ": use forward_slice()");
+  return forward_slice(tokens, nullptr, targets, B, T);
+}
+
+template <typename F>
+double GpuGPT<F>::forward_slice(const int* tokens, const F* input, const int* targets, int B, int T) {
+  SCALELAB_CHECK(slice_.embeddings ? tokens != nullptr : input != nullptr, "slice ", slice_.describe(config_),
+                 slice_.embeddings ? " starts from tokens" : " starts from input activations");
+  SCALELAB_CHECK(!slice_.head || targets != nullptr, "slice ", slice_.describe(config_), " needs targets");
   const int C = config_.channels, V = config_.vocab_size, Vp = padded_vocab();
-  check_batch(config_, tokens, targets, B, T);  // a kernel cannot throw: ids are checked on the host
+  // A kernel cannot throw: ids are checked on the host.
+  check_batch(config_, slice_.embeddings ? tokens : nullptr, slice_.head ? targets : nullptr, B, T);
   const std::size_t BT = static_cast<std::size_t>(B) * T;
   ensure_buffers(B, T);
-  tokens_.copy_from_host(tokens, BT);
-  targets_.copy_from_host(targets, BT);
+  if (slice_.embeddings) tokens_.copy_from_host(tokens, BT);
+  if (slice_.head) targets_.copy_from_host(targets, BT);
   probs_hold_dlogits_ = false;
 
   cudaStream_t st = stream();
   const int N = static_cast<int>(BT);
   source_root(false);
-  SCALELAB_CHECK(w_.wte != nullptr, "forward without parameters: set_param_source() first");
-  encoder_forward(acts_.encoded, tokens_.data(), w_.wte, w_.wpe, B, T, C, st);
+  if (slice_.embeddings) {
+    SCALELAB_CHECK(w_.wte != nullptr, "forward without parameters: set_param_source() first");
+    encoder_forward(acts_.encoded, tokens_.data(), w_.wte, w_.wpe, B, T, C, st);
+  } else {
+    copy_activation(acts_.encoded, input);  // kept: block 0's backward reads its input
+  }
   walk_blocks_forward(*this, policy_);
+  if (!slice_.head) return 0;
   layernorm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, acts_.final_input, w_.lnf_w, w_.lnf_b, N, C, st);
   // logits (B,T,V), rows Vp apart: the V rows of wte (V,C), written with an aligned leading dimension
   matmul_forward<F>(acts_.probs, acts_.lnf, w_.wte, nullptr, N, C, V, Vp, blas_);
@@ -163,6 +196,8 @@ double GpuGPT<F>::forward(const int* tokens, const int* targets, int B, int T) {
 template <typename F>
 void GpuGPT<F>::backward(float loss_scale) {
   SCALELAB_CHECK(acts_.B > 0, "backward() called before forward()");
+  SCALELAB_CHECK(slice_.head, "backward(loss_scale) of slice ", slice_.describe(config_),
+                 ", which has no head: use backward_slice(doutput)");
   SCALELAB_CHECK(!probs_hold_dlogits_, "backward() called twice after one forward()");
   const int B = acts_.B, T = acts_.T, C = config_.channels, V = config_.vocab_size, Vp = padded_vocab(), N = B * T;
   cudaStream_t st = stream();
@@ -184,8 +219,64 @@ void GpuGPT<F>::backward(float loss_scale) {
                      acts_.lnf_mean, acts_.lnf_rstd, N, C, st);
   notify_grads_ready(lnf_offset_);  // ln_f's gradient kernels are enqueued
   walk_blocks_backward(*this, policy_);
-  encoder_backward(g_.wte, g_.wpe, dres_, tokens_.data(), B, T, C, st);
+  if (slice_.embeddings) encoder_backward(g_.wte, g_.wpe, dres_, tokens_.data(), B, T, C, st);
   notify_grads_ready(0);  // the embeddings (wte also got the LM head's gradient) are enqueued
+}
+
+template <typename F>
+void GpuGPT<F>::backward_slice(const F* doutput, float loss_scale) {
+  if (slice_.head) {
+    backward(loss_scale);
+    return;
+  }
+  SCALELAB_CHECK(acts_.B > 0, "backward_slice() called before forward_slice()");
+  SCALELAB_CHECK(doutput != nullptr, "slice ", slice_.describe(config_), " needs d loss / d output");
+  copy_activation(dres_, doutput);  // the blocks' backward updates it in place
+  walk_blocks_backward(*this, policy_);
+  if (slice_.embeddings)
+    encoder_backward(g_.wte, g_.wpe, dres_, tokens_.data(), acts_.B, acts_.T, config_.channels, stream());
+  notify_grads_ready(0);
+}
+
+template <typename F>
+void GpuGPT<F>::stash_activations(int key) {
+  SCALELAB_CHECK(acts_.B > 0, "stash_activations(", key, ") with no forward to stash");
+  SCALELAB_CHECK(!stash_.count(key), "activations of key ", key, " are already stashed");
+  SavedForward& saved = stash_[key];
+  // Moving a DeviceBuffer keeps its memory where it is, so the pointers in acts_ stay valid.
+  saved.act_buffer = std::move(act_buffer_);
+  saved.stat_buffer = std::move(stat_buffer_);
+  saved.tokens = std::move(tokens_);
+  saved.targets = std::move(targets_);
+  saved.acts = acts_;
+  saved.attention = acts_attention_;
+  saved.probs_hold_dlogits = probs_hold_dlogits_;
+  acts_.B = 0;  // the next forward allocates its own
+}
+
+template <typename F>
+void GpuGPT<F>::restore_activations(int key) {
+  const auto it = stash_.find(key);
+  SCALELAB_CHECK(it != stash_.end(), "no activations stashed under key ", key);
+  release_activations();
+  SavedForward& saved = it->second;
+  act_buffer_ = std::move(saved.act_buffer);
+  stat_buffer_ = std::move(saved.stat_buffer);
+  tokens_ = std::move(saved.tokens);
+  targets_ = std::move(saved.targets);
+  acts_ = saved.acts;
+  acts_attention_ = saved.attention;
+  probs_hold_dlogits_ = saved.probs_hold_dlogits;
+  stash_.erase(it);
+}
+
+template <typename F>
+void GpuGPT<F>::release_activations() {
+  act_buffer_ = DeviceBuffer<F>();
+  stat_buffer_ = DeviceBuffer<float>();
+  tokens_ = DeviceBuffer<int>();
+  targets_ = DeviceBuffer<int>();
+  acts_.B = 0;
 }
 
 template <typename F>

@@ -20,10 +20,17 @@
 // probs buffer that forward saves for backward, allocated and freed with the other activations,
 // and it grows with B and T as they do. So the GPU's activation bytes are the CPU's formula plus
 // gpu_logits_padding_elements() * sizeof(F) (and the fp32 statistics, gpu_stat_elements()).
+//
+// Stage 05: a GpuGPT can hold a slice of the model (GpuOptions::slice, model/slice.hpp), as the
+// CPU's GPTModel does: a range of blocks, with the embeddings on the first pipeline stage and
+// ln_f and the head on the last. forward_slice/backward_slice take and give the (B,T,C)
+// activations and their gradient in device memory, and each micro-batch in flight keeps its saved
+// activations aside (stash_activations) until its backward, as on the CPU.
 #pragma once
 
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <vector>
 
 #include "core/memory.hpp"
@@ -37,6 +44,7 @@
 #include "model/config.hpp"
 #include "model/layers/attention_kind.hpp"
 #include "model/params.hpp"
+#include "model/slice.hpp"
 
 namespace scalelab::cuda {
 
@@ -51,6 +59,9 @@ struct GpuOptions {
   // False: no parameter buffer either. forward() and backward() then read each unit's parameters
   // where set_param_source() says (ZeRO-3), and params() is empty.
   bool own_params = true;
+  // Stage 05: the part of the model held (default: all of it). ZeRO's hooks (own_grads and
+  // own_params false) serve the whole model only.
+  ModelSlice slice;
 };
 
 // Everything forward saves for backward, for one (B, T) and one checkpoint policy: the fields of
@@ -72,16 +83,18 @@ struct GpuActivations {
 };
 
 // fp32 elements among the saved activations (LayerNorm statistics and losses) under a policy:
-// 4 BT per block slot + 3 BT, and with flash attention NH B T more per slot (the log-sum-exp).
-// The rest of activation_elements() (for the same attention kind) is stored as F.
+// 4 BT per block slot + 3 BT (with the head), and with flash attention NH B T more per slot (the
+// log-sum-exp). The rest of activation_elements() (for the same slice and attention kind) is
+// stored as F.
 std::size_t gpu_stat_elements(const GPTConfig& config, int B, int T, const CheckpointPolicy& policy,
-                              AttentionKind attention = AttentionKind::kNaive);
+                              AttentionKind attention = AttentionKind::kNaive, const ModelSlice& slice = {});
 
 // The row stride of the logits on the GPU: V rounded up to a multiple of kVocabAlign.
 inline constexpr int kVocabAlign = 128;
 constexpr int gpu_padded_vocab(int vocab_size) { return (vocab_size + kVocabAlign - 1) / kVocabAlign * kVocabAlign; }
 static_assert(gpu_padded_vocab(50257) == 50304 && gpu_padded_vocab(128) == 128);
-// What the padding adds to the saved activations: B T (Vp - V) elements of F (see the header).
+// What the padding adds to the saved activations: B T (Vp - V) elements of F (see the header),
+// on a model or slice with the head.
 std::size_t gpu_logits_padding_elements(const GPTConfig& config, int B, int T);
 
 // The blocks run through the one walk of model/block_walk.cpp; the model is its BlockRunner
@@ -93,6 +106,7 @@ class GpuGPT : private BlockRunner {
   GpuGPT(const GPTConfig& config, MemoryTracker* tracker, const GpuOptions& options = {});
 
   const GPTConfig& config() const { return config_; }
+  const ModelSlice& slice() const { return slice_; }
   const ParamLayout& layout() const { return layout_; }
   std::size_t num_params() const { return layout_.num_params(); }
   int padded_vocab() const { return gpu_padded_vocab(config_.vocab_size); }  // Vp: the logits' row stride
@@ -110,6 +124,25 @@ class GpuGPT : private BlockRunner {
   // forward: it turns the saved probabilities into the logits' gradient in place.
   void backward(float loss_scale = 1.0f);
   void zero_grad();
+
+  // Stage 05, a slice: forward from tokens (host, with the embeddings) or `input` (B,T,C) in
+  // device memory, the previous slice's output; with the head the mean loss of targets (host),
+  // else 0 (and no synchronisation). forward(tokens, targets, B, T) is the whole model's.
+  double forward_slice(const int* tokens, const F* input, const int* targets, int B, int T);
+  // (B,T,C) on the device: the blocks' output of the last forward, the next slice's input.
+  const F* output() const { return acts_.final_input; }
+  // With the head: backward(loss_scale). Without: from doutput (B,T,C) on the device, d loss /
+  // d output(). Then input_grad() (B,T,C) on the device holds d loss / d input (a slice without
+  // the embeddings; valid until the next backward). All enqueued on stream().
+  void backward_slice(const F* doutput, float loss_scale);
+  const F* input_grad() const { return dres_; }
+  // Micro-batches in flight: the last forward's saved activations (and its tokens and targets)
+  // move aside under a key, come back before that micro-batch's backward, and are freed by
+  // release_activations (or by the next forward).
+  void stash_activations(int key);
+  void restore_activations(int key);
+  void release_activations();
+  std::size_t stashed_count() const { return stash_.size(); }
 
   // Stage 02: every policy of model/checkpoint_policy.hpp, as the CPU model does it. Selective
   // with flash attention is refused, as on the CPU (check_attention_policy).
@@ -154,9 +187,10 @@ class GpuGPT : private BlockRunner {
 
  private:
   void ensure_buffers(int B, int T);
+  void ensure_scratch(int B, int T);
   void assign_activations(int B, int T);
   // BlockRunner: the blocks under the checkpoint policy, as the walk asks (enqueued on stream()).
-  int num_blocks() const override { return config_.num_layers; }
+  int num_blocks() const override { return slice_.num_layers; }
   void forward_block(int l, int slot, ActPlace x) override;
   void backward_block(int l, int slot, ActPlace x) override;
   void keep_boundary(int s, ActPlace x) override;
@@ -177,6 +211,7 @@ class GpuGPT : private BlockRunner {
   }
 
   GPTConfig config_;
+  ModelSlice slice_;  // num_layers resolved
   ParamLayout layout_;
   MemoryTracker* tracker_;
   Stream stream_;
@@ -189,6 +224,18 @@ class GpuGPT : private BlockRunner {
   DeviceBuffer<int> tokens_, targets_;  // (B,T) the last forward's batch (workspace)
   DeviceBuffer<float> loss_;            // (1) the mean loss (workspace)
   DeviceBuffer<float> ln_scratch_;      // the LayerNorm backward's partial sums (workspace)
+  int scratch_B_ = 0, scratch_T_ = 0;   // what scratch_buffer_ is sized for
+  AttentionKind scratch_attention_ = AttentionKind::kNaive;
+  // Stage 05: the saved activations of micro-batches in flight, by key.
+  struct SavedForward {
+    DeviceBuffer<F> act_buffer;
+    DeviceBuffer<float> stat_buffer;
+    DeviceBuffer<int> tokens, targets;
+    GpuActivations<F> acts;
+    AttentionKind attention;
+    bool probs_hold_dlogits;
+  };
+  std::map<int, SavedForward> stash_;
   GpuActivations<F> acts_;
   GpuBlockScratch<F> scratch_{};
   F* dres_ = nullptr;                // (B,T,C) gradient of the residual stream

@@ -9,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "model/params.hpp"
+#include "model/slice.hpp"
 
 namespace scalelab::cuda {
 
@@ -33,29 +34,33 @@ inline constexpr BlockField<F> kBlockFields[] = {{&BlockView<F>::ln1_w, "ln_1.we
                                                  {&BlockView<F>::fcproj_b, "mlp.c_proj.bias"}};
 inline constexpr int kTensorsPerBlock = 12;
 
-// base points at num_params() elements on the device; the view only does pointer arithmetic.
+// base points at num_params() elements on the device, laid out by ParamLayout(config, slice) with
+// the slice resolved (model/slice.hpp): wte (with the embeddings or the head), wpe (with the
+// embeddings), the slice's blocks numbered from 0, ln_f (with the head). The view only does
+// pointer arithmetic; the tensors a slice lacks stay null.
 template <typename F>
-ParamView<F> device_param_view(const ParamLayout& layout, int num_layers, F* base) {
+ParamView<F> device_param_view(const ParamLayout& layout, const ModelSlice& slice, F* base) {
   const auto& t = layout.tensors();
-  const std::size_t expected = 2 + static_cast<std::size_t>(kTensorsPerBlock) * num_layers + 2;
-  SCALELAB_CHECK(t.size() == expected, "layout has ", t.size(), " tensors, expected ", expected);
-  auto at = [&](std::size_t i, const std::string& name) {
-    SCALELAB_CHECK(t[i].name == name, "layout tensor ", i, " is ", t[i].name, ", expected ", name);
-    return base + t[i].offset;
+  std::size_t i = 0;
+  auto next = [&](const std::string& name) {
+    SCALELAB_CHECK(i < t.size() && t[i].name == name, "layout tensor ", i, " is ",
+                   i < t.size() ? t[i].name : std::string("past the end"), ", expected ", name);
+    return base + t[i++].offset;
   };
   ParamView<F> v;
-  v.wte = at(0, "transformer.wte.weight");
-  v.wpe = at(1, "transformer.wpe.weight");
-  for (int l = 0; l < num_layers; ++l) {
+  if (slice.embeddings || slice.head) v.wte = next("transformer.wte.weight");  // the head's weight is wte (tied)
+  if (slice.embeddings) v.wpe = next("transformer.wpe.weight");
+  for (int l = 0; l < slice.num_layers; ++l) {
     BlockView<F> b{};
-    const std::string prefix = "transformer.h." + std::to_string(l) + ".";
-    for (int j = 0; j < kTensorsPerBlock; ++j)
-      b.*(kBlockFields<F>[j].field) = at(2 + static_cast<std::size_t>(kTensorsPerBlock) * l + j,
-                                         prefix + kBlockFields<F>[j].suffix);
+    const std::string prefix = "transformer.h." + std::to_string(slice.first_layer + l) + ".";
+    for (int j = 0; j < kTensorsPerBlock; ++j) b.*(kBlockFields<F>[j].field) = next(prefix + kBlockFields<F>[j].suffix);
     v.blocks.push_back(b);
   }
-  v.lnf_w = at(expected - 2, "transformer.ln_f.weight");
-  v.lnf_b = at(expected - 1, "transformer.ln_f.bias");
+  if (slice.head) {
+    v.lnf_w = next("transformer.ln_f.weight");
+    v.lnf_b = next("transformer.ln_f.bias");
+  }
+  SCALELAB_CHECK(i == t.size(), "layout has ", t.size(), " tensors, the slice's view took ", i);
   return v;
 }
 

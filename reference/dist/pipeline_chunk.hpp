@@ -4,6 +4,7 @@
 //   GptChunk             the GPT's own slice (model/gpt.hpp), the whole width of every layer
 //   MixedChunk           the mixed-precision GPT's slice (precision/mixed_model.hpp: stage 03)
 //   TensorParallelModel  a slice split over a tensor-parallel group (dist/tp_model.hpp: tp x pp)
+//   GpuPipelineChunk     the GPU GPT's slice (kernels/dist/gpu_pipeline_chunk.hpp: --device cuda)
 // so a pipeline does not care how a chunk computes, only that it takes its neighbour's
 // activations (or the tokens), gives its own to the next, and the same for the gradients backward.
 #pragma once
@@ -58,6 +59,15 @@ class PipelineChunk {
   virtual void set_attention(AttentionKind kind) = 0;
   virtual void init_weights(std::uint64_t seed) = 0;
   virtual std::size_t block_forward_count() const = 0;
+
+  // A chunk that computes on a device (a GPU) keeps its own copy of its parameters and gradients
+  // there, while the stage's flat host buffers stay the ones the optimizer, the collectives and
+  // the files use: the stage loads the parameters into the chunk before a step's first forward,
+  // and stores the chunk's gradients (accumulated over the step's micro-batches from zero) back
+  // after its last backward. A CPU chunk computes on the flat buffers themselves: nothing to do.
+  virtual void load_params() {}
+  virtual void store_grads() {}
+  virtual void zero_grads() {}
 };
 
 // The GPT's slice as a chunk (stage 05 alone, or with data parallelism).

@@ -57,7 +57,7 @@ constexpr std::size_t kStepChunk = 1 << 16;  // the mixed step's gradients unsca
 
 PipelineStageModel::PipelineStageModel(const GPTConfig& config, const PipelineShape& shape, int rank,
                                        MemoryTracker* tracker, StageTensorParallel tp, const std::string& precision,
-                                       MasterShard master)
+                                       MasterShard master, const DeviceChunkFactory& device)
     : config_(config),
       tp_(tp),
       slices_(chunk_slices(config, shape, rank)),
@@ -78,9 +78,32 @@ PipelineStageModel::PipelineStageModel(const GPTConfig& config, const PipelineSh
     params_ = Buffer<float>(n, MemCategory::kParams, tracker);
     grads_ = Buffer<float>(n, MemCategory::kGrads, tracker);
   }
+  if (device) {
+    require(!tp.comm, "tp", "--tp with --pp on --device cuda: tensor-parallel stages run on the CPU in this build",
+            "use --device cpu for tp x pp, or --tp 1 on the GPU");
+    device_memory_ = std::make_unique<MemoryTracker>();
+  }
   std::size_t offset = 0;
   for (const ModelSlice& slice : slices_) {
-    if (mixed()) {
+    if (device) {
+      // The chunk's range of the flat buffers, and (mixed) the part of the held master range on it.
+      const std::size_t chunk_end = offset + ParamLayout(config, slice).num_params();
+      DeviceChunkStorage storage;
+      storage.slice = slice;
+      if (mixed()) {
+        const std::size_t held_begin = std::clamp(master_begin, offset, chunk_end);
+        const std::size_t held_end = std::clamp(master_end, held_begin, chunk_end);
+        storage.mixed.param_data = half_params_.data() + offset;
+        storage.mixed.grad_data = half_grads_.data() + offset;
+        storage.mixed.master_begin = held_begin - offset;
+        storage.mixed.master_end = held_end - offset;
+        storage.mixed.master_data = master_.data() + (held_begin - master_begin);
+      } else {
+        storage.params = params_.data() + offset;
+        storage.grads = grads_.data() + offset;
+      }
+      chunks_.push_back(device(config, precision, storage, device_memory_.get()));
+    } else if (mixed()) {
       // The chunk's tensors in the stage's flat buffers; its master weights: the part of the
       // stage's held range [master_begin, master_end) that falls on the chunk.
       const std::size_t chunk_end =
@@ -202,6 +225,15 @@ void PipelineStageModel::backward(double) { refuse_alone(); }
 void PipelineStageModel::zero_grad() {
   std::fill(grads_.begin(), grads_.end(), 0.0f);
   std::fill(half_grads_.begin(), half_grads_.end(), std::uint16_t{0});
+  for (auto& c : chunks_) c->zero_grads();
+}
+
+void PipelineStageModel::load_params() {
+  for (auto& c : chunks_) c->load_params();
+}
+
+void PipelineStageModel::store_grads() {
+  for (auto& c : chunks_) c->store_grads();
 }
 
 float* PipelineStageModel::params() {

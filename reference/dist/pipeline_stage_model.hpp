@@ -17,6 +17,13 @@
 // flat buffers are the half parameters and gradients and the fp32 master weights: 2 + 2 + 4 bytes
 // per parameter of the stage, plus AdamW's 8 (the trainer's), as for the whole mixed-precision
 // model. The tensors that cross to the next stage are half.
+//
+// On a GPU (--device cuda) each chunk is the GPU GPT's slice (kernels/dist/gpu_pipeline_chunk.hpp,
+// made by a DeviceChunkFactory) with its parameters and gradients in device memory, while the
+// flat buffers above stay on the host, where the optimizer steps, the tied wte's copies are
+// summed and the data-parallel collectives run, as ZeRO-Offload keeps its optimizer: the stage
+// loads its parameters into the device before each step (load_params) and stores the step's
+// gradients back after it (store_grads). The device's bytes are counted in device_memory().
 #pragma once
 
 #include <functional>
@@ -26,8 +33,8 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "dist/device_chunk.hpp"
 #include "dist/norm_share.hpp"
-#include "dist/pipeline_chunk.hpp"
 #include "dist/tp_layout.hpp"
 #include "model/gpt.hpp"
 #include "model/train_model.hpp"
@@ -59,8 +66,10 @@ class PipelineStageModel final : public TrainModel {
   // Rank `rank`'s chunks of the pipeline `shape` (p ranks x v chunks), each split over tp.comm
   // when given (the communicator must outlive the model).
   // precision: "fp32", or "bf16"/"fp16" (mixed precision), with the master weights of `master` only.
+  // device: when given, the chunks compute on a device (no tensor parallelism there yet).
   PipelineStageModel(const GPTConfig& config, const PipelineShape& shape, int rank, MemoryTracker* tracker,
-                     StageTensorParallel tp = {}, const std::string& precision = "fp32", MasterShard master = {});
+                     StageTensorParallel tp = {}, const std::string& precision = "fp32", MasterShard master = {},
+                     const DeviceChunkFactory& device = {});
 
   int chunk_count() const { return static_cast<int>(chunks_.size()); }
   // Chunk c as the executor runs it.
@@ -99,6 +108,13 @@ class PipelineStageModel final : public TrainModel {
   std::size_t wte_numel() const;
   // Activations stashed over every chunk (micro-batches in flight).
   std::size_t stashed_count() const;
+  // Chunks on a device: the parameters into them (before a step's first forward or an
+  // evaluation), their gradients into the flat buffers (after the step's last backward). No-ops
+  // on the CPU.
+  void load_params();
+  void store_grads();
+  // The device's memory by category (null when the chunks compute on the CPU).
+  const MemoryTracker* device_memory() const { return device_memory_.get(); }
 
   const GPTConfig& config() const override { return config_; }
   const ParamLayout& layout() const override { return layout_; }
@@ -150,7 +166,8 @@ class PipelineStageModel final : public TrainModel {
   Buffer<std::uint16_t> half_params_, half_grads_;  // mixed precision
   Buffer<float> master_;                            // mixed precision: fp32 master weights (or a shard)
   bool master_sharded_ = false;
-  Buffer<float> step_chunk_;  // mixed precision: the step's fp32 gradient chunk
+  Buffer<float> step_chunk_;                      // mixed precision: the step's fp32 gradient chunk
+  std::unique_ptr<MemoryTracker> device_memory_;  // chunks on a device: its bytes
   std::vector<std::size_t> offsets_;
   std::vector<std::unique_ptr<PipelineChunk>> chunks_;
 };

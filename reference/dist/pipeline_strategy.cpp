@@ -19,9 +19,24 @@ namespace scalelab {
 namespace {
 
 // What this build's pipeline cannot do yet: one clear refusal each, raised on every rank.
-void refuse_unsupported(const TrainOptions& o) {
+void refuse_unsupported(const TrainOptions& o, bool device_chunks) {
   const std::string pp = "--pp " + std::to_string(o.parallel.pp);
-  require_cpu(o, pp, "--pp", "pipeline stages");
+  if (o.device != "cpu") {
+    require(device_chunks, "device",
+            pp + " with --device " + o.device + ": this program gave the pipeline no GPU model chunks",
+            "run scalelab train (built with CUDA), or use --device cpu");
+    require(o.parallel.tp == 1, "tp",
+            pp + " with --tp " + std::to_string(o.parallel.tp) + " on --device " + o.device +
+                ": tensor-parallel stages run on the CPU in this build",
+            "use --device cpu for tp x pp, or --tp 1 on the GPU");
+    require(o.parallel.schedule != "zb-h1", "schedule",
+            "--schedule zb-h1 on --device " + o.device + ": the GPU model has no split backward in this build",
+            "use --schedule 1f1b (or afab, interleaved:V) on the GPU, or --device cpu for zb-h1");
+    require(o.parallel.backend != "nccl", "backend",
+            pp + " with --backend nccl: the pipeline's messages and its stages' gradients travel through host "
+                 "memory over MPI in this build",
+            "drop --backend nccl (the default, auto, stages them through the host)");
+  }
   require(o.parallel.schedule != "zb-h1" || o.checkpoint.kind == CheckpointPolicy::Kind::kNone, "checkpoint",
           "--schedule zb-h1 defers weight gradients that read the saved activations, and --checkpoint " +
               o.checkpoint.describe() + " recomputes them",
@@ -55,12 +70,13 @@ void add_peer_copy(Communicator& pp, TrainModel::GradBuffer mine, std::size_t n,
 
 }  // namespace
 
-PipelineStrategy::PipelineStrategy(Communicator& world, const TrainOptions& o)
+PipelineStrategy::PipelineStrategy(Communicator& world, const TrainOptions& o, DeviceChunkFactory device_chunks)
     : world_(world),
       shape_(parse_pipeline_schedule(o.parallel.schedule, o.parallel.pp, o.micro_batches())),
       zero_stage_(o.parallel.zero),
-      sequence_parallel_(o.parallel.sequence_parallel) {
-  refuse_unsupported(o);
+      sequence_parallel_(o.parallel.sequence_parallel),
+      device_chunks_(o.device == "cpu" ? DeviceChunkFactory{} : std::move(device_chunks)) {
+  refuse_unsupported(o, static_cast<bool>(device_chunks_));
   grid_ = std::make_unique<ProcessGrid>(world,
                                         GridShape{o.parallel.pp, o.data_parallel_size(world.size()), o.parallel.tp});
   schedule_ = build_schedule(shape_, grid_->coord().pp);
@@ -100,7 +116,8 @@ std::unique_ptr<TrainModel> PipelineStrategy::make_model(const GPTConfig& config
   const bool mixed = precision != "fp32";
   const MasterShard master = zero_stage_ > 0 && mixed ? MasterShard{grid_->dp().rank(), grid_->dp().size()}
                                                       : MasterShard{};
-  auto model = std::make_unique<PipelineStageModel>(config, shape_, grid_->coord().pp, tracker, tp, precision, master);
+  auto model = std::make_unique<PipelineStageModel>(config, shape_, grid_->coord().pp, tracker, tp, precision, master,
+                                                    device_chunks_);
   stage_ = model.get();
   tracker_ = tracker;
   counted_elsewhere_ = stage_->counted_elsewhere();
@@ -142,7 +159,11 @@ double PipelineStrategy::run_micro_batches(TrainModel& /*model*/, const GlobalBa
   const int d = grid_->shape().dp, rows = batch.rows / d;
   const std::size_t offset = static_cast<std::size_t>(grid_->coord().dp) * rows * batch.T;
   // As in DDP, each replica's loss is scaled by 1/d, so the sum over replicas is the batch mean's gradient.
-  return executor_->run(schedule_, batch.inputs + offset, batch.targets + offset, rows, batch.T, loss_scale / d);
+  stage_->load_params();  // chunks on a GPU: the parameters of the last update
+  const double loss = executor_->run(schedule_, batch.inputs + offset, batch.targets + offset, rows, batch.T,
+                                     loss_scale / d);
+  stage_->store_grads();  // chunks on a GPU: the step's gradients into the flat buffers
+  return loss;
 }
 
 void PipelineStrategy::sync_gradients(TrainModel& /*model*/) {
@@ -215,7 +236,9 @@ void PipelineStrategy::measure_bubble() {
   std::vector<double> memory(2 * p);
   double* own_memory = memory.data() + 2 * grid_->coord().pp;
   own_memory[0] = executor_->stats().peak_in_flight;
-  own_memory[1] = tracker_ ? static_cast<double>(tracker_->peak(MemCategory::kActivations)) : 0.0;
+  // The activations live where the chunks compute: on a GPU, its own tracker counts them.
+  const MemoryTracker* activations = stage_->device_memory() ? stage_->device_memory() : tracker_;
+  own_memory[1] = activations ? static_cast<double>(activations->peak(MemCategory::kActivations)) : 0.0;
   grid_->pp().all_gather(own_memory, memory.data(), memory.size(), DataType::kFloat64);
   for (int r = 0; r < p; ++r) {
     bubble_.peak_in_flight.push_back(memory[2 * r]);
@@ -245,6 +268,11 @@ std::string PipelineStrategy::report() const {
                   peak_in_flight_formula(shape_, static_cast<int>(r)));
     out += line;
   }
+  // On a GPU the chunks' tensors and activations are the device's; the flat buffers, AdamW and the
+  // messages are the host's (the run's memory table).
+  if (const MemoryTracker* device = stage_ ? stage_->device_memory() : nullptr)
+    out += "\nGPU memory of this rank's chunks (the optimizer and the flat buffers are on the host):\n" +
+           device->report();
   return out;
 }
 
@@ -281,6 +309,7 @@ TrainModel::StepOutcome PipelineStrategy::optimizer_step(TrainModel& /*model*/, 
 }
 
 double PipelineStrategy::evaluate(TrainModel& /*model*/, const int* inputs, const int* targets, int rows, int T) {
+  stage_->load_params();
   return from_last_stage(executor_->evaluate(inputs, targets, rows, T));
 }
 

@@ -14,6 +14,9 @@
 // is [pp][dp][tp], a stage's chunks are tensor-parallel splits (dist/tp_model.hpp), each tp rank
 // exchanges its own activations with the same tp rank of the neighbouring stages, and under
 // sequence parallelism the replicated tensors' gradients are summed over tp before step 1.
+//
+// With --device cuda each chunk computes on the GPU (a DeviceChunkFactory's chunks: see
+// dist/pipeline_stage_model.hpp); the messages, the sums above and the optimizer stay on the host.
 #pragma once
 
 #include <memory>
@@ -46,9 +49,9 @@ struct PipelineBubble {
 class PipelineStrategy final : public ParallelStrategy {
  public:
   // Collective over world: makes the [pp][dp] grid. Throws ConfigError (the same on every rank)
-  // for settings a pipeline does not support: a precision other than fp32, a device other than
-  // the CPU, the zb-h1 schedule with tensor parallelism.
-  PipelineStrategy(Communicator& world, const TrainOptions& options);
+  // for settings a pipeline does not support (zb-h1 with checkpointing; on a GPU: tensor
+  // parallelism, zb-h1, --backend nccl, or no device_chunks to compute with).
+  PipelineStrategy(Communicator& world, const TrainOptions& options, DeviceChunkFactory device_chunks = {});
   ~PipelineStrategy() override;
 
   std::string describe() const override;
@@ -100,6 +103,7 @@ class PipelineStrategy final : public ParallelStrategy {
   DistributedOptimizer* zero_ = nullptr;  // --zero 1: the wrapper around stage_ the trainer drives
   int zero_stage_ = 0;
   bool sequence_parallel_ = false;
+  DeviceChunkFactory device_chunks_;           // --device cuda: the GPU's chunks
   std::unique_ptr<Communicator> model_group_;  // tp > 1: this replica's (pp, tp) ranks
   IndexRanges counted_elsewhere_;              // the stage's (PipelineStageModel::counted_elsewhere), for the norm
   std::unique_ptr<PipelineExecutor> executor_;

@@ -48,14 +48,15 @@ void check_parallel_options(const TrainOptions& o, int world_size) {
   refuse_zero_compositions(o.parallel);
 }
 
-StrategyFactory make_strategy_factory(Communicator* world, GradCommFactory grad_comm, ZeroModelFactory zero_model) {
-  return [world, grad_comm, zero_model](const TrainOptions& o) -> std::unique_ptr<ParallelStrategy> {
+StrategyFactory make_strategy_factory(Communicator* world, GradCommFactory grad_comm, ZeroModelFactory zero_model,
+                                      DeviceChunkFactory pipeline_chunks) {
+  return [world, grad_comm, zero_model, pipeline_chunks](const TrainOptions& o) -> std::unique_ptr<ParallelStrategy> {
     const int world_size = world ? world->size() : 1;
     check_parallel_options(o, world_size);
     if (o.parallel.pp > 1) {
       require(world != nullptr, "pp", "a pipeline needs a communicator, and this run has none",
               "start the run through scalelab train (mpirun -np N for N ranks)");
-      return std::make_unique<PipelineStrategy>(*world, o);
+      return std::make_unique<PipelineStrategy>(*world, o, pipeline_chunks);
     }
     if (o.parallel.tp > 1) {
       require(world != nullptr, "tp", "tensor parallelism needs a communicator, and this run has none",

@@ -5,6 +5,7 @@
 
 #include "comm/communicator.hpp"
 #include "dist/ddp_strategy.hpp"
+#include "dist/device_chunk.hpp"
 #include "dist/zero_train_model.hpp"
 #include "train/parallel_strategy.hpp"
 
@@ -17,13 +18,14 @@ namespace scalelab {
 //   dp > 1, or --ddp naive|bucketed            DdpStrategy over the world (stage 04)
 // and refuses, by flag, the stages this build does not have yet. grad_comm makes the
 // gradients' communicator for models whose gradients live on a GPU; zero_model builds ZeRO's model
-// on a GPU (stage 07 with --device cuda).
+// on a GPU (stage 07 with --device cuda); pipeline_chunks a pipeline stage's chunks on a GPU
+// (stage 05 with --device cuda).
 // The checks the factory makes before building anything: the options against a job of
 // world_size ranks, and the stages this build has. A program calls it on every rank before it
 // loads data or builds a model, so a bad layout fails at once, alike everywhere.
 void check_parallel_options(const TrainOptions& options, int world_size);
 
 StrategyFactory make_strategy_factory(Communicator* world, GradCommFactory grad_comm = {},
-                                      ZeroModelFactory zero_model = {});
+                                      ZeroModelFactory zero_model = {}, DeviceChunkFactory pipeline_chunks = {});
 
 }  // namespace scalelab

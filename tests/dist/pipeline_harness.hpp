@@ -21,10 +21,13 @@ struct PipelineHarness : StrategyHarness {
 
   // pp ranks x (world / pp) replicas, `schedule` with m micro-batches of batch / (dp m) rows, in
   // `precision` (fp32, bf16 or fp16) with the loss multiplied by `scale` (the step divides it out),
-  // with ZeRO-1 over the replicas when zero is 1 (the distributed optimizer).
+  // with ZeRO-1 over the replicas when zero is 1 (the distributed optimizer). With `device` the
+  // stage runs its --device cuda path with those chunks (host_copy_chunk.hpp: a CPU twin).
   PipelineHarness(scalelab::Communicator& world, const scalelab::GPTConfig& config, int pp, int m,
                   const std::string& schedule, int batch, int seq_len, std::uint64_t seed,
-                  const std::string& precision = "fp32", double scale = 1.0, int zero = 0) {
+                  const std::string& precision = "fp32", double scale = 1.0, int zero = 0,
+                  scalelab::DeviceChunkFactory device = {}) {
+    if (device) options.device = "cuda";  // the stage's device path, with `device`'s chunks
     options.precision = precision;
     options.parallel.zero = zero;
     loss_scale = scale;
@@ -34,7 +37,7 @@ struct PipelineHarness : StrategyHarness {
     options.parallel.micro_batches = m;
     options.parallel.schedule = schedule;
     options.adamw.lr = 1e-3;
-    strategy = std::make_unique<scalelab::PipelineStrategy>(world, options);
+    strategy = std::make_unique<scalelab::PipelineStrategy>(world, options, std::move(device));
     start(*strategy, config, seed, {}, "pipeline test");
   }
   scalelab::PipelineStageModel& stage() { return strategy->stage(); }

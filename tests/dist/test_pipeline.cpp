@@ -20,8 +20,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -30,6 +32,7 @@
 #include "core/error.hpp"
 #include "ddp_fixtures.hpp"
 #include "dist/ddp.hpp"
+#include "host_copy_chunk.hpp"
 #include "parallel/strategy_factory.hpp"
 #include "pipeline_harness.hpp"
 #include "prior_stage.hpp"
@@ -325,6 +328,78 @@ TEST_CASE("dp x pp: one all-reduce per step, and the gradients of dp alone", "[g
   }
 }
 
+TEST_CASE("the stage's device path (--device cuda) equals the CPU pipeline, with a CPU twin of the GPU chunk",
+          "[pipeline_device_path]") {
+  // The device path: the chunks compute on their own copy of the parameters and gradients, which
+  // the stage loads before each step and stores back after it (host_copy_chunk.hpp). Its
+  // arithmetic is the CPU pipeline's, so everything is bitwise equal: the gradients each step and
+  // the parameters (master weights) after 3 AdamW steps, in fp32 and bf16, alone and (on 4
+  // ranks) as dp x pp with ZeRO-1.
+  Communicator& world = test_world();
+  const int n = world.size(), m = 4;
+  struct Layout {
+    int pp, zero;
+  };
+  std::vector<Layout> layouts = {{n, 0}};
+  if (n == 4) layouts.push_back({2, 1});
+  for (const Layout& l : layouts) {
+    for (const std::string precision : {"fp32", "bf16"}) {
+      const int dp = n / l.pp, B = kRows * m * dp;
+      const Batch batch = random_batch(kShape.V, B, kShape.T, 21);
+      INFO(where(world) << ", pp " << l.pp << ", dp " << dp << ", zero " << l.zero << ", " << precision);
+      PipelineHarness cpu(world, config(), l.pp, m, "1f1b", B, kShape.T, kSeed, precision, 1.0, l.zero);
+      PipelineHarness dev(world, config(), l.pp, m, "1f1b", B, kShape.T, kSeed, precision, 1.0, l.zero,
+                          HostCopyChunk::factory());
+      const PipelineStageModel& stage = dev.stage();
+      REQUIRE(stage.device_memory() != nullptr);
+      const std::size_t element = precision == "fp32" ? 4 : 2;
+      // The "device" holds the stage's parameters and gradients once each; the optimizer stays on the host.
+      CHECK(stage.device_memory()->current(MemCategory::kParams) == stage.num_params() * element);
+      CHECK(stage.device_memory()->current(MemCategory::kGrads) == stage.num_params() * element);
+      CHECK(stage.device_memory()->current(MemCategory::kOptimizer) == 0);
+      for (int step = 0; step < 3; ++step) {
+        const double want = cpu.forward_backward(batch.tokens, batch.targets);
+        const double got = dev.forward_backward(batch.tokens, batch.targets);
+        CHECK(got == want);
+        const TrainModel::GradBuffer a = dev.stage().typed_grads(), b = cpu.stage().typed_grads();
+        const std::size_t bytes = stage.num_params() * element;
+        const bool same = std::memcmp(a.data, b.data, bytes) == 0;
+        INFO("step " << step << ": the stage's gradients after the sync, device path vs CPU, bit for bit");
+        CHECK(same);
+        cpu.update();
+        dev.update();
+      }
+      CHECK_MATCH(compare_bitwise("master weights after 3 steps, device path vs CPU", dev.model->master_params(),
+                                  cpu.model->master_params(), dev.model->num_params()));
+      // Each step loaded the parameters once and stored the gradients once, on every chunk.
+      for (int c = 0; c < dev.stage().chunk_count(); ++c) {
+        const auto& chunk = dynamic_cast<const HostCopyChunk&>(dev.stage().chunk_at(c));
+        CHECK(chunk.loads == 3);
+        CHECK(chunk.stores == 3);
+      }
+    }
+  }
+}
+
+namespace {
+// make() must throw a ConfigError containing `expected` on this rank, and (the same settings
+// everywhere) on every rank: none hangs, none goes on.
+void check_refused_everywhere(Communicator& world, const std::string& what, const std::string& expected,
+                              const std::function<void()>& make) {
+  std::string message;
+  try {
+    make();
+  } catch (const ConfigError& e) {
+    message = e.what();
+  }
+  INFO(where(world) << ", " << what << ": '" << message << "'");
+  CHECK(message.find(expected) != std::string::npos);
+  int failed = message.empty() ? 0 : 1;
+  world.all_reduce(&failed, 1);
+  CHECK(failed == world.size());
+}
+}  // namespace
+
 TEST_CASE("bad pipeline settings fail on every rank with one message", "[pipeline_errors]") {
   Communicator& world = test_world();
   const int n = world.size();
@@ -350,17 +425,42 @@ TEST_CASE("bad pipeline settings fail on every rank with one message", "[pipelin
     o.parallel.pp = c.pp;
     o.parallel.micro_batches = c.m;
     o.parallel.schedule = c.schedule;
-    std::string message;
-    try {
-      make_strategy_factory (&world)(o);
-    } catch (const ConfigError& e) {
-      message = e.what();
-    }
-    INFO(where(world) << ", " << c.what << ": '" << message << "'");
-    CHECK(message.find(c.message) != std::string::npos);
-    // Every rank got a message (the same settings): none hangs, none goes on.
-    int failed = message.empty() ? 0 : 1;
-    world.all_reduce(&failed, 1);
-    CHECK(failed == n);
+    check_refused_everywhere(world, c.what, c.message, [&] { make_strategy_factory (&world)(o); });
+  }
+}
+
+TEST_CASE("what the GPU pipeline does not do is refused by name, before any GPU is touched", "[pipeline_errors]") {
+  Communicator& world = test_world();
+  // A factory that must never be called: every case is refused while the strategy is made.
+  const DeviceChunkFactory never = [](const GPTConfig&, const std::string&, const DeviceChunkStorage&,
+                                      MemoryTracker*) -> std::unique_ptr<PipelineChunk> {
+    throw Error("the GPU chunk factory was called for a refused setting");
+  };
+  struct Case {
+    const char* what;
+    bool factory;
+    int tp;
+    const char* schedule;
+    const char* backend;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {"no GPU chunks given", false, 1, "1f1b", "auto", "gave the pipeline no GPU model chunks"},
+      {"zb-h1", true, 1, "zb-h1", "auto", "--schedule zb-h1 on --device cuda"},
+      {"tp x pp", true, 2, "1f1b", "auto", "tensor-parallel stages run on the CPU"},
+      {"nccl", true, 1, "1f1b", "nccl", "travel through host memory over MPI"},
+  };
+  for (const Case& c : cases) {
+    TrainOptions o;
+    o.config = "tiny";
+    o.batch = 8;
+    o.device = "cuda";
+    o.parallel.pp = 2;  // refused before the grid is made, so any world size will do
+    o.parallel.tp = c.tp;
+    o.parallel.micro_batches = 2;
+    o.parallel.schedule = c.schedule;
+    o.parallel.backend = c.backend;
+    check_refused_everywhere(world, c.what, c.message,
+                             [&] { PipelineStrategy strategy(world, o, c.factory ? never : DeviceChunkFactory{}); });
   }
 }
