@@ -17,6 +17,11 @@
 # Environment (all optional):
 #   CI_LABS_BUILD   build directory root (default build/ci-labs); reference/ and skeleton/ under it
 #   CI_LABS_CMAKE   extra cmake arguments, e.g. "-DSCALELAB_CUDA=OFF -DSCALELAB_BUILD_BENCH=OFF"
+#   CI_LABS_REFERENCE_BUILD  the build directory step 2 grades the reference in (default
+#                   $CI_LABS_BUILD/reference); .ci/run points it at the release build it has just
+#                   made, so the reference is graded without a second build of it
+#   CI_LABS_REFERENCE_CMAKE  step 2's extra cmake arguments (default: CI_LABS_CMAKE; set it empty
+#                   to keep an existing build directory's settings)
 #   CI_LABS_JOBS    parallel build jobs (default: nproc)
 #   CI_LABS_ONLY    grade only these labs, e.g. "00 01" (default: every lab with graded tests)
 #   CI_LABS_STEPS   run only these steps, e.g. "4 5" (default: "1 2 3 4 5"); steps 4 and 5 reuse the
@@ -34,6 +39,10 @@ py=${PYTHON:-python3}
 read -r -a cmake_extra <<< "${CI_LABS_CMAKE:-}"
 cmake_args=()
 for a in "${cmake_extra[@]}"; do cmake_args+=("--cmake-arg=$a"); done
+reference_build=${CI_LABS_REFERENCE_BUILD:-$build/reference}
+read -r -a reference_extra <<< "${CI_LABS_REFERENCE_CMAKE-${CI_LABS_CMAKE:-}}"
+reference_args=()
+for a in "${reference_extra[@]}"; do reference_args+=("--cmake-arg=$a"); done
 results=$build/results
 mkdir -p "$results"
 failures=()
@@ -69,8 +78,8 @@ fi
 step "2. the reference scores full marks (labs: ${labs[*]:-none})"
 for lab in "${labs[@]}"; do
   runs 2 || break
-  if "$py" "$root/tools/grade.py" "$lab" --reference --build-dir "$build/reference" -j "$jobs" \
-       --results "$results/lab$lab-reference.json" --quiet --expect full "${cmake_args[@]}"; then
+  if "$py" "$root/tools/grade.py" "$lab" --reference --build-dir "$reference_build" -j "$jobs" \
+       --results "$results/lab$lab-reference.json" --quiet --expect full "${reference_args[@]}"; then
     summary+=("lab $lab reference: full marks")
   else
     failures+=("lab $lab: the reference does not score full marks (see above)")

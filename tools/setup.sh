@@ -22,7 +22,7 @@ while [ $# -gt 0 ]; do
 done
 
 packages=(build-essential cmake git python3 catch2 libbenchmark-dev libopenmpi-dev openmpi-bin
-          libopenblas-dev libdnnl-dev libblis-dev nlohmann-json3-dev libcli11-dev clang-format ccache
+          libopenblas-dev libdnnl-dev libblis-dev nlohmann-json3-dev libcli11-dev clang-format ccache lld
           ninja-build)
 if [ "$python" = 1 ]; then
   packages+=(python3-torch python3-numpy python3-matplotlib python3-pandas jupyter-nbconvert python3-ipykernel)

@@ -40,6 +40,7 @@ MixedTensorParallelModel::MixedTensorParallelModel(const GPTConfig& config, Comm
   tp_.comm = &tp_comm;
   tp_.sequence_parallel = sequence_parallel;
   tp_.half = format;
+  tp_.tracker = tracker;
   const std::size_t n = num_params();
   master_begin_ = std::min(storage.master_begin, n);
   master_count_ = std::max(std::min(storage.master_end, n), master_begin_) - master_begin_;

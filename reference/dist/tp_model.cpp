@@ -22,6 +22,7 @@ TensorParallelModel::TensorParallelModel(const GPTConfig& config, const ModelSli
     : shard_(config, slice, tp_comm.size(), tp_comm.rank()), tracker_(tracker), params_(params), grads_(grads) {
   tp_.comm = &tp_comm;
   tp_.sequence_parallel = sequence_parallel;
+  tp_.tracker = tracker;
   const std::size_t n = shard_.layout().num_params();
   SCALELAB_CHECK((params == nullptr) == (grads == nullptr), "give both parameter and gradient buffers, or neither");
   if (!params_) {

@@ -25,8 +25,8 @@ void collective(TpGroup& tp, CommOp op, std::size_t count, const float* in, std:
     return;
   }
   const DataType t = half_data_type(*tp.half);
-  tp.send_half.resize(in_count);
-  tp.recv_half.resize(out_count);
+  if (tp.send_half.size() < in_count) tp.send_half = Buffer<std::uint16_t>(in_count, MemCategory::kComm, tp.tracker);
+  if (tp.recv_half.size() < out_count) tp.recv_half = Buffer<std::uint16_t>(out_count, MemCategory::kComm, tp.tracker);
   float_to_half(tp.send_half.data(), in, in_count, *tp.half);
   if (op == CommOp::kAllGather) c.all_gather(tp.send_half.data(), tp.recv_half.data(), count, t);
   if (op == CommOp::kAllReduce) c.all_reduce(tp.send_half.data(), tp.recv_half.data(), count, t, reduce);

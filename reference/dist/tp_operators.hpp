@@ -34,6 +34,7 @@
 
 #include "comm/comm_stats.hpp"
 #include "comm/communicator.hpp"
+#include "core/memory.hpp"
 #include "precision/half.hpp"
 
 namespace scalelab {
@@ -60,7 +61,10 @@ struct TpGroup {
   // (comm/datatype.cpp); and round() rounds each layer's output to half, as the layer's kernel
   // would write it (precision/mixed_model.hpp). Without one both are fp32 and round() does nothing.
   std::optional<HalfFormat> half;
-  std::vector<std::uint16_t> send_half, recv_half;  // the half collectives' buffers
+  // The half collectives' send and receive buffers: grown to the largest collective, then reused,
+  // and counted as communication buffers (kComm) in `tracker` (the model's) like every other buffer.
+  MemoryTracker* tracker = nullptr;
+  Buffer<std::uint16_t> send_half, recv_half;
 
   int size() const { return comm->size(); }
   int rank() const { return comm->rank(); }

@@ -176,6 +176,15 @@ TEST_CASE("mixed-precision tensor parallelism: 2 + 2 + 12 bytes per parameter of
       const std::uint64_t fp32_bytes = fp32.tracker.current(MemCategory::kActivations);
       INFO("activations: fp32 " << fp32_bytes << " bytes, bf16 " << bf16.tracker.current(MemCategory::kActivations));
       CHECK(bf16.tracker.current(MemCategory::kActivations) == (fp32_bytes / 4 - lse) * 2 + lse * 4);
+      // The half collectives' send and receive buffers, counted as communication buffers: grown to
+      // the largest collective, an (N, C) activation each way (f's and g's all-reduces, or with
+      // sequence parallelism the all-gather's output and the reduce-scatter's input), 2 bytes an
+      // element. The fp32 shard sends its own buffers and has none of them.
+      const std::uint64_t NC = static_cast<std::uint64_t>(kBatch) * kT * kC;
+      const std::uint64_t staging = bf16.tracker.current(MemCategory::kComm) - fp32.tracker.current(MemCategory::kComm);
+      INFO("communication buffers: fp32 " << fp32.tracker.current(MemCategory::kComm) << " bytes, bf16 "
+                                          << bf16.tracker.current(MemCategory::kComm));
+      CHECK(staging == 2 * (NC + NC));
     }
   }
 }
