@@ -371,6 +371,9 @@ TEST_CASE("the stage's device path (--device cuda) equals the CPU pipeline, with
       }
       CHECK_MATCH(compare_bitwise("master weights after 3 steps, device path vs CPU", dev.model->master_params(),
                                   cpu.model->master_params(), dev.model->num_params()));
+      // The run's report shows the device's memory (the CPU pipeline has none to show).
+      CHECK(dev.strategy->report().find("GPU memory of this rank's chunks") != std::string::npos);
+      CHECK(cpu.strategy->report().find("GPU memory") == std::string::npos);
       // Each step loaded the parameters once and stored the gradients once, on every chunk.
       for (int c = 0; c < dev.stage().chunk_count(); ++c) {
         const auto& chunk = dynamic_cast<const HostCopyChunk&>(dev.stage().chunk_at(c));
