@@ -16,12 +16,6 @@ constexpr HalfFormat half_format_of() {
   return std::is_same_v<F, bf16> ? HalfFormat::kBF16 : HalfFormat::kFP16;
 }
 
-GpuOptions slice_options(const ModelSlice& slice) {
-  GpuOptions o;
-  o.slice = slice;
-  return o;
-}
-
 // count elements between host and device on `stream`, then waits for it (the host reads or
 // frees its side right after).
 void copy_and_wait(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
@@ -34,7 +28,7 @@ void copy_and_wait(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind
 
 template <typename F>
 GpuPipelineChunk<F>::GpuPipelineChunk(const GPTConfig& config, const DeviceChunkStorage& storage, MemoryTracker* device)
-    : gpt_(config, device, slice_options(storage.slice)), host_(storage), device_(device) {
+    : gpt_(config, device, GpuOptions{.slice = storage.slice}), host_(storage), device_(device) {
   device_chunk_host_params(host_, kMixed);  // checks that the host copy is there
   device_chunk_host_grads(host_, kMixed);
 }

@@ -36,7 +36,6 @@ class GpuPipelineChunk final : public PipelineChunk {
   // The GPU slice storage.slice with its device memory counted in `device`; its host copy in
   // `storage` (fp32: params and grads; mixed: storage.mixed).
   GpuPipelineChunk(const GPTConfig& config, const DeviceChunkStorage& storage, MemoryTracker* device);
-  GpuGPT<F>& gpt() { return gpt_; }
 
   const ModelSlice& slice() const override { return gpt_.slice(); }
   const ParamLayout& layout() const override { return gpt_.layout(); }

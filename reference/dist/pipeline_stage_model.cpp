@@ -37,12 +37,14 @@ std::vector<ModelSlice> chunk_slices(const GPTConfig& config, const PipelineShap
   return slices;
 }
 
-// Each chunk's tensors as this rank holds them: the slice's, or its tensor-parallel split.
+// A chunk's tensors as this rank holds them: the slice's, or its tensor-parallel split.
+ParamLayout chunk_layout(const GPTConfig& config, const ModelSlice& slice, StageTensorParallel tp) {
+  return tp.comm ? TpLayout(config, slice, tp.comm->size(), tp.comm->rank()).layout() : ParamLayout(config, slice);
+}
+
 ParamLayout stage_layout(const GPTConfig& config, const std::vector<ModelSlice>& slices, StageTensorParallel tp) {
   std::vector<ParamLayout> layouts;
-  for (const ModelSlice& s : slices)
-    layouts.push_back(tp.comm ? TpLayout(config, s, tp.comm->size(), tp.comm->rank()).layout()
-                              : ParamLayout(config, s));
+  for (const ModelSlice& s : slices) layouts.push_back(chunk_layout(config, s, tp));
   return ParamLayout::concatenate(layouts);
 }
 
@@ -85,39 +87,31 @@ PipelineStageModel::PipelineStageModel(const GPTConfig& config, const PipelineSh
   }
   std::size_t offset = 0;
   for (const ModelSlice& slice : slices_) {
-    if (device) {
-      // The chunk's range of the flat buffers, and (mixed) the part of the held master range on it.
-      const std::size_t chunk_end = offset + ParamLayout(config, slice).num_params();
-      DeviceChunkStorage storage;
-      storage.slice = slice;
-      if (mixed()) {
-        const std::size_t held_begin = std::clamp(master_begin, offset, chunk_end);
-        const std::size_t held_end = std::clamp(master_end, held_begin, chunk_end);
-        storage.mixed.param_data = half_params_.data() + offset;
-        storage.mixed.grad_data = half_grads_.data() + offset;
-        storage.mixed.master_begin = held_begin - offset;
-        storage.mixed.master_end = held_end - offset;
-        storage.mixed.master_data = master_.data() + (held_begin - master_begin);
-      } else {
-        storage.params = params_.data() + offset;
-        storage.grads = grads_.data() + offset;
-      }
-      chunks_.push_back(device(config, precision, storage, device_memory_.get()));
-    } else if (mixed()) {
-      // The chunk's tensors in the stage's flat buffers; its master weights: the part of the
-      // stage's held range [master_begin, master_end) that falls on the chunk.
-      const std::size_t chunk_end =
-          offset + (tp.comm ? TpLayout(config, slice, tp.comm->size(), tp.comm->rank()).layout().num_params()
-                            : ParamLayout(config, slice).num_params());
+    // Mixed precision: the chunk's tensors [offset, chunk_end) in the stage's flat buffers; its
+    // master weights: the part of the stage's held range [master_begin, master_end) on the chunk.
+    MixedStorage storage;
+    if (mixed()) {
+      const std::size_t chunk_end = offset + chunk_layout(config, slice, tp).num_params();
       const std::size_t held_begin = std::clamp(master_begin, offset, chunk_end);
       const std::size_t held_end = std::clamp(master_end, held_begin, chunk_end);
-      MixedStorage storage;
       storage.slice = slice;
       storage.param_data = half_params_.data() + offset;
       storage.grad_data = half_grads_.data() + offset;
       storage.master_begin = held_begin - offset;
       storage.master_end = held_end - offset;
       storage.master_data = master_.data() + (held_begin - master_begin);
+    }
+    if (device) {  // the same range of the flat buffers, as the device chunk's host copy
+      DeviceChunkStorage host;
+      host.slice = slice;
+      if (mixed()) {
+        host.mixed = storage;
+      } else {
+        host.params = params_.data() + offset;
+        host.grads = grads_.data() + offset;
+      }
+      chunks_.push_back(device(config, precision, host, device_memory_.get()));
+    } else if (mixed()) {
       if (tp.comm)
         chunks_.push_back(std::make_unique<MixedTensorParallelModel>(config, *tp.comm, tp.sequence_parallel, *half_,
                                                                      tracker, storage));
