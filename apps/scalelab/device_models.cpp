@@ -6,6 +6,7 @@
 #ifdef SCALELAB_HAVE_CUDA
 #include "kernels/core/device.hpp"
 #include "kernels/dist/gpu_pipeline_chunk.hpp"
+#include "kernels/dist/gpu_tp_chunk.hpp"
 #include "kernels/dist/gpu_zero_model.hpp"
 #include "kernels/dist/host_staging_communicator.hpp"
 #include "kernels/model/gpu_train_model.hpp"
@@ -75,6 +76,13 @@ std::unique_ptr<Communicator> device_communicator(bool nccl, Communicator& host,
   if (nccl) return make_nccl_gradient_communicator(host, stream, timeout_seconds);
   return std::make_unique<cuda::HostStagingCommunicator>(host, stream);
 }
+
+// device_communicator as the factory the GPU models that make their own communicators take.
+cuda::DeviceCommFactory device_comm_factory(bool nccl, double timeout_seconds) {
+  return [nccl, timeout_seconds](Communicator& host, cudaStream_t stream) {
+    return device_communicator(nccl, host, stream, timeout_seconds);
+  };
+}
 #endif
 }  // namespace
 
@@ -111,10 +119,8 @@ ZeroModelFactory zero_model_factory(const std::string& device, bool nccl, double
 #ifdef SCALELAB_HAVE_CUDA
   return [nccl, timeout_seconds](const GPTConfig& config, int stage, const std::string& precision, bool offload,
                                  Communicator& dp, MemoryTracker* tracker) {
-    const cuda::DeviceCommFactory make_comm = [nccl, timeout_seconds](Communicator& host, cudaStream_t stream) {
-      return device_communicator(nccl, host, stream, timeout_seconds);
-    };
-    return cuda::make_gpu_zero_model(config, stage, precision, dp, make_comm, tracker, offload);
+    return cuda::make_gpu_zero_model(config, stage, precision, dp, device_comm_factory(nccl, timeout_seconds), tracker,
+                                     offload);
   };
 #else
   (void)nccl, (void)timeout_seconds;
@@ -131,6 +137,26 @@ DeviceChunkFactory pipeline_chunk_factory(const std::string& device) {
   require_cuda();  // throws: no GPU models in this build
   return {};
 #endif
+}
+
+DeviceTpChunkFactory tp_chunk_factory(const std::string& device, bool nccl, double timeout_seconds) {
+  if (device != "cuda") return {};
+#ifdef SCALELAB_HAVE_CUDA
+  return [nccl, timeout_seconds](const GPTConfig& config, const std::string& precision,
+                                 const DeviceChunkStorage& storage, Communicator& tp, MemoryTracker* tracker) {
+    return cuda::make_gpu_tp_chunk(config, precision, storage, tp, device_comm_factory(nccl, timeout_seconds), tracker);
+  };
+#else
+  (void)nccl, (void)timeout_seconds;
+  require_cuda();  // throws: no GPU models in this build
+  return {};
+#endif
+}
+
+DeviceFactories device_factories_for(const std::string& device, bool nccl, double timeout_seconds) {
+  return {gradient_communicator_factory(device, nccl, timeout_seconds),
+          zero_model_factory(device, nccl, timeout_seconds), pipeline_chunk_factory(device),
+          tp_chunk_factory(device, nccl, timeout_seconds)};
 }
 
 TrainModelFactory model_factory_for(const std::string& device) {

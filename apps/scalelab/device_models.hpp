@@ -10,6 +10,7 @@
 #include "dist/ddp_strategy.hpp"
 #include "dist/device_chunk.hpp"
 #include "dist/zero_train_model.hpp"
+#include "parallel/strategy_factory.hpp"
 #include "train/trainer.hpp"
 
 namespace scalelab::cli {
@@ -32,6 +33,11 @@ ZeroModelFactory zero_model_factory(const std::string& device, bool nccl, double
 // Stage 05 on the GPU: a pipeline stage's chunks as GPU slices (kernels/dist/gpu_pipeline_chunk.hpp).
 // Empty for cpu.
 DeviceChunkFactory pipeline_chunk_factory(const std::string& device);
+// Stage 06 on the GPU: a tensor-parallel shard's device half (kernels/dist/gpu_tp_chunk.hpp),
+// its collectives over NCCL (nccl set) or the host-staging adapter. Empty for cpu.
+DeviceTpChunkFactory tp_chunk_factory(const std::string& device, bool nccl, double timeout_seconds);
+// All of the above for the strategies (parallel/strategy_factory.hpp): empty for cpu.
+DeviceFactories device_factories_for(const std::string& device, bool nccl, double timeout_seconds);
 // --backend nccl: throws ConfigError unless the device is cuda and this build has NCCL. Called
 // before MPI starts, so every rank fails alike with one message.
 void require_nccl_backend(const std::string& device);

@@ -47,13 +47,10 @@ void run_training_job(const TrainOptions& options, RunOutput out) {
 
 RunSummary run_training(const TrainOptions& options, const RunOutput& out, Communicator* world) {
   MemoryTracker tracker;
-  const GradCommFactory grad_comm = gradient_communicator_factory(options.device, options.parallel.backend == "nccl",
-                                                                  options.parallel.comm_timeout);
   const bool nccl = options.parallel.backend == "nccl";
   Trainer trainer(options, &tracker, model_factory_for(options.device),
-                  make_strategy_factory(world, grad_comm,
-                                        zero_model_factory(options.device, nccl, options.parallel.comm_timeout),
-                                        pipeline_chunk_factory(options.device)));
+                  make_strategy_factory(world,
+                                        device_factories_for(options.device, nccl, options.parallel.comm_timeout)));
   const bool parallel = !options.parallel.single_device() || (world && world->size() > 1);
   MetricsWriter metrics = options.metrics.empty() ? MetricsWriter() : MetricsWriter(options.metrics);
   RunSummary summary;

@@ -65,6 +65,11 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
   return warp_max(lane < warps ? shared[lane] : -INFINITY);
 }
 
+// *p += v with one atomic read-modify-write (the half types round the sum to half).
+__device__ __forceinline__ void atomic_add(float* p, float v) { atomicAdd(p, v); }
+__device__ __forceinline__ void atomic_add(bf16* p, float v) { atomicAdd(p, __float2bfloat16_rn(v)); }
+__device__ __forceinline__ void atomic_add(fp16* p, float v) { atomicAdd(p, __float2half_rn(v)); }
+
 constexpr int kThreads = 256;  // block size of the elementwise kernels
 
 inline unsigned int blocks_for(std::size_t n, int threads = kThreads) {

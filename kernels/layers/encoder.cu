@@ -32,10 +32,6 @@ __global__ void encoder_backward_wpe_kernel(F* dwpe, const F* dout, int B, int T
   }
 }
 
-__device__ __forceinline__ void atomic_add(float* p, float v) { atomicAdd(p, v); }
-__device__ __forceinline__ void atomic_add(bf16* p, float v) { atomicAdd(p, __float2bfloat16_rn(v)); }
-__device__ __forceinline__ void atomic_add(fp16* p, float v) { atomicAdd(p, __float2half_rn(v)); }
-
 // dwte[tokens[b,t], c] += dout[b,t,c]: one thread per element of dout.
 template <typename F>
 __global__ void encoder_backward_wte_kernel(F* dwte, const F* dout, const int* tokens, int C, std::size_t n) {
@@ -58,18 +54,25 @@ void encoder_forward(F* out, const int* tokens, const F* wte, const F* wpe, int 
 }
 
 template <typename F>
+void encoder_backward_positions(F* dwpe, const F* dout, int B, int T, int C, cudaStream_t stream) {
+  if (std::size_t(T) * C == 0) return;
+  encoder_backward_wpe_kernel<<<blocks_for(std::size_t(T) * C), kThreads, 0, stream>>>(dwpe, dout, B, T, C);
+  SCALELAB_CUDA_LAUNCH_CHECK();
+}
+
+template <typename F>
 void encoder_backward(F* dwte, F* dwpe, const F* dout, const int* tokens, int B, int T, int C, cudaStream_t stream) {
   const std::size_t n = std::size_t(B) * T * C;
   if (n == 0) return;
-  encoder_backward_wpe_kernel<<<blocks_for(std::size_t(T) * C), kThreads, 0, stream>>>(dwpe, dout, B, T, C);
-  SCALELAB_CUDA_LAUNCH_CHECK();
+  encoder_backward_positions(dwpe, dout, B, T, C, stream);
   encoder_backward_wte_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dwte, dout, tokens, C, n);
   SCALELAB_CUDA_LAUNCH_CHECK();
 }
 
 #define SCALELAB_INSTANTIATE(F)                                                                      \
   template void encoder_forward<F>(F*, const int*, const F*, const F*, int, int, int, cudaStream_t); \
-  template void encoder_backward<F>(F*, F*, const F*, const int*, int, int, int, cudaStream_t);
+  template void encoder_backward<F>(F*, F*, const F*, const int*, int, int, int, cudaStream_t);      \
+  template void encoder_backward_positions<F>(F*, const F*, int, int, int, cudaStream_t);
 SCALELAB_FOR_EACH_DTYPE(SCALELAB_INSTANTIATE)
 #undef SCALELAB_INSTANTIATE
 

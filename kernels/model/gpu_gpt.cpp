@@ -32,12 +32,16 @@ std::size_t gpu_stat_elements(const GPTConfig& c, int B, int T, const Checkpoint
   return slots * (gpu_block_stat_elements(B, T) + lse) + head;
 }
 
-template <typename F>
-void GpuGPT<F>::set_attention(AttentionKind kind) {
+void require_gpu_attention(AttentionKind kind, const CheckpointPolicy& policy) {
   require(kind != AttentionKind::kChunked, "attention",
           "--attention chunked has no GPU kernel: it is the CPU's step between naive and flash",
           "use --attention flash (or naive) with --device cuda, or run chunked with --device cpu");
-  check_attention_policy(kind, policy_);
+  check_attention_policy(kind, policy);
+}
+
+template <typename F>
+void GpuGPT<F>::set_attention(AttentionKind kind) {
+  require_gpu_attention(kind, policy_);
   attention_ = kind;
 }
 

@@ -89,6 +89,10 @@ struct GpuActivations {
 std::size_t gpu_stat_elements(const GPTConfig& config, int B, int T, const CheckpointPolicy& policy,
                               AttentionKind attention = AttentionKind::kNaive, const ModelSlice& slice = {});
 
+// The attention kinds the GPU has kernels for (naive, flash; chunked is refused with a ConfigError
+// naming --attention), and check_attention_policy's refusals under `policy`.
+void require_gpu_attention(AttentionKind kind, const CheckpointPolicy& policy);
+
 // The row stride of the logits on the GPU: V rounded up to a multiple of kVocabAlign.
 inline constexpr int kVocabAlign = 128;
 constexpr int gpu_padded_vocab(int vocab_size) { return (vocab_size + kVocabAlign - 1) / kVocabAlign * kVocabAlign; }

@@ -38,6 +38,9 @@ class TpShardModel : public TrainModel, public PipelineChunk {
   virtual const IndexRanges& counted_elsewhere() const = 0;
   // Every rank of `group` (the shard's data-parallel replicas) gets `root`'s parameters.
   virtual void broadcast_params(Communicator& group, int root) = 0;
+  // A shard computing on a device (dist/device_tp_shard.hpp): the device's memory, apart from the
+  // host's; null for a CPU shard.
+  virtual const MemoryTracker* device_memory() const { return nullptr; }
 };
 
 }  // namespace scalelab

@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "dist/ddp.hpp"
+#include "dist/device_tp_shard.hpp"
 #include "dist/gather_weights.hpp"
 #include "dist/tp_mixed_model.hpp"
 #include "train/accumulate.hpp"
@@ -14,13 +15,20 @@ namespace scalelab {
 namespace {
 
 // What this build's tensor parallelism cannot do yet: one clear refusal each, on every rank.
-void refuse_unsupported(const TrainOptions& o) {
+void refuse_unsupported(const TrainOptions& o, bool device_chunks) {
   const std::string tp = "--tp " + std::to_string(o.parallel.tp);
   require(o.parallel.pp == 1, "pp",
           tp + " with --pp " + std::to_string(o.parallel.pp) +
               ": tensor parallelism inside a pipeline stage is not built yet",
           "use --pp 1 with --tp");
-  require_cpu(o, tp, "--tp", "tensor-parallel shards");
+  if (o.device == "cpu") return;
+  require(device_chunks, "device", tp + " with --device " + o.device + ": this program gave it no GPU shards",
+          "run scalelab train (built with CUDA), or use --device cpu");
+  require(!o.parallel.sequence_parallel, "sequence-parallel",
+          "--sequence-parallel on --device " + o.device +
+              ": the GPU's tensor-parallel blocks keep all N rows in this build (no all-gather/reduce-scatter "
+              "kernels yet)",
+          "drop --sequence-parallel on the GPU, or use --device cpu for it");
 }
 
 std::uint64_t bytes_of(const CommStats& now, const CommStats& before) {
@@ -36,9 +44,13 @@ double collective_seconds(const CommStats& s) {
 
 }  // namespace
 
-TensorParallelStrategy::TensorParallelStrategy(Communicator& world, const TrainOptions& o)
-    : world_(world), sequence_parallel_(o.parallel.sequence_parallel), zero_stage_(o.parallel.zero) {
-  refuse_unsupported(o);
+TensorParallelStrategy::TensorParallelStrategy(Communicator& world, const TrainOptions& o,
+                                               DeviceTpChunkFactory device_chunks)
+    : world_(world),
+      sequence_parallel_(o.parallel.sequence_parallel),
+      zero_stage_(o.parallel.zero),
+      device_chunks_(o.device == "cpu" ? DeviceTpChunkFactory{} : std::move(device_chunks)) {
+  refuse_unsupported(o, static_cast<bool>(device_chunks_));
   grid_ = std::make_unique<ProcessGrid>(world, GridShape{1, o.data_parallel_size(world.size()), o.parallel.tp});
 }
 
@@ -46,6 +58,7 @@ TensorParallelStrategy::~TensorParallelStrategy() = default;
 
 std::string TensorParallelStrategy::describe() const {
   std::string s = "tensor parallel over " + std::to_string(grid_->shape().tp) + " ranks";
+  if (device_chunks_) s += " on the GPU (buffers and optimizer on the host)";
   if (sequence_parallel_) s += " with sequence parallelism";
   s += "; this rank: tp rank " + std::to_string(grid_->coord().tp);
   if (model_) {
@@ -62,15 +75,26 @@ std::string TensorParallelStrategy::describe() const {
   return s;
 }
 
+std::unique_ptr<TpShardModel> TensorParallelStrategy::on_device(std::unique_ptr<TpShardModel> shard,
+                                                                const DeviceChunkStorage& storage,
+                                                                const std::string& precision) {
+  if (!device_chunks_) return shard;
+  return std::make_unique<DeviceTpShardModel>(std::move(shard), storage, device_chunks_, precision, grid_->tp());
+}
+
 std::unique_ptr<TrainModel> TensorParallelStrategy::make_model(const GPTConfig& config, const std::string& precision,
                                                                MemoryTracker* tracker,
                                                                const TrainModelFactory& /*whole*/) {
   Communicator &tp = grid_->tp(), &dp = grid_->dp();
   if (precision == "fp32") {
-    auto shard = std::make_unique<TensorParallelModel>(config, tp, sequence_parallel_, tracker);
+    auto built = std::make_unique<TensorParallelModel>(config, tp, sequence_parallel_, tracker);
+    float *params = built->params(), *grads = built->grads();
+    DeviceChunkStorage on_host;
+    on_host.params = params;
+    on_host.grads = grads;
+    std::unique_ptr<TpShardModel> shard = on_device(std::move(built), on_host, precision);
     model_ = shard.get();
     if (zero_stage_ == 0) return shard;
-    float *params = shard->params(), *grads = shard->grads();
     auto wrapped = std::make_unique<DistributedOptimizer>(std::move(shard), params, grads, dp, tracker);
     zero_ = wrapped.get();
     return wrapped;
@@ -84,10 +108,14 @@ std::unique_ptr<TrainModel> TensorParallelStrategy::make_model(const GPTConfig& 
     storage.master_begin = part.offset(dp.rank());
     storage.master_end = storage.master_begin + part.size(dp.rank());
   }
-  auto shard = std::make_unique<MixedTensorParallelModel>(config, tp, sequence_parallel_, format, tracker, storage);
+  auto built = std::make_unique<MixedTensorParallelModel>(config, tp, sequence_parallel_, format, tracker, storage);
+  const DistributedOptimizer::HalfBuffers half{built->half_params(), built->half_grads(), built->held_master(), format};
+  DeviceChunkStorage on_host;
+  on_host.mixed.param_data = half.params;
+  on_host.mixed.grad_data = half.grads;
+  std::unique_ptr<TpShardModel> shard = on_device(std::move(built), on_host, precision);
   model_ = shard.get();
   if (zero_stage_ == 0) return shard;
-  const DistributedOptimizer::HalfBuffers half{shard->half_params(), shard->half_grads(), shard->held_master(), format};
   auto wrapped = std::make_unique<DistributedOptimizer>(std::move(shard), half, dp, tracker);
   zero_ = wrapped.get();
   return wrapped;
@@ -103,8 +131,9 @@ void TensorParallelStrategy::attach(const StrategyContext& ctx) {
 }
 
 void TensorParallelStrategy::begin_step(const GlobalBatch& /*batch*/) {
+  model_->load_params();  // on a GPU: the step's parameters into the device (a CPU shard: nothing)
   model_->group().ledger.clear();
-  tp_before_ = grid_->tp().stats();
+  tp_before_ = model_->group().comm->stats();
   dp_before_ = grid_->dp().stats();
 }
 
@@ -116,13 +145,22 @@ double TensorParallelStrategy::run_micro_batches(TrainModel& model, const Global
                               loss_scale / d);
 }
 
+double TensorParallelStrategy::evaluate(TrainModel& model, const int* inputs, const int* targets, int rows, int T) {
+  model_->load_params();  // after the last update
+  return model.forward(inputs, targets, rows, T);
+}
+
 void TensorParallelStrategy::sync_gradients(TrainModel& /*model*/) {
+  model_->store_grads();  // on a GPU: the step's gradients into the host buffer
   model_->finish_gradients();
   step_ledger_ = model_->group().ledger;
   reduce_over_replicas(zero_, grid_->dp(), model_->typed_grads(), model_->num_params());
   report_ = {};
-  report_.bytes_sent = bytes_of(grid_->tp().stats(), tp_before_) + bytes_of(grid_->dp().stats(), dp_before_);
-  report_.comm_seconds = collective_seconds(grid_->tp().stats()) - collective_seconds(tp_before_) +
+  // The tensor-parallel group's collectives are counted by the communicator they ran on: the
+  // host's, or on a GPU the device's (NCCL, or host staging, which counts them as NCCL would).
+  const CommStats& tp_now = model_->group().comm->stats();
+  report_.bytes_sent = bytes_of(tp_now, tp_before_) + bytes_of(grid_->dp().stats(), dp_before_);
+  report_.comm_seconds = collective_seconds(tp_now) - collective_seconds(tp_before_) +
                          collective_seconds(grid_->dp().stats()) - collective_seconds(dp_before_);
 }
 
@@ -161,6 +199,9 @@ std::string TensorParallelStrategy::report() const {
                   static_cast<double>(elements[i]) / 1e6);
     out += line;
   }
+  if (const MemoryTracker* device = model_ ? model_->device_memory() : nullptr)
+    out += "\nGPU memory of this rank's shard (the optimizer and the flat buffers are on the host):\n" +
+           device->report();
   return out;
 }
 

@@ -15,6 +15,7 @@
 
 #include "comm/communicator.hpp"
 #include "comm/grid.hpp"
+#include "dist/device_tp_shard.hpp"
 #include "dist/distributed_optimizer.hpp"
 #include "dist/tp_model.hpp"
 #include "train/parallel_strategy.hpp"
@@ -24,10 +25,13 @@ namespace scalelab {
 class TensorParallelStrategy final : public ParallelStrategy {
  public:
   // Collective over world: makes the [dp][tp] grid. Throws ConfigError (the same on every rank)
-  // for what this build's tensor parallelism does not do: a device other than the CPU, a pipeline
-  // (PipelineStrategy runs tp x pp). In mixed precision each rank's shard is a
-  // MixedTensorParallelModel (dist/tp_mixed_model.hpp).
-  TensorParallelStrategy(Communicator& world, const TrainOptions& options);
+  // for what this build's tensor parallelism does not do: a pipeline (PipelineStrategy runs
+  // tp x pp), and on a GPU sequence parallelism. In mixed precision each rank's shard is a
+  // MixedTensorParallelModel (dist/tp_mixed_model.hpp). With --device cuda, device_chunks makes
+  // the shard's GPU half (dist/device_tp_shard.hpp): the shard computes there and keeps its
+  // buffers and optimizer on the host, loaded before each step and evaluation, stored after the
+  // step's last backward.
+  TensorParallelStrategy(Communicator& world, const TrainOptions& options, DeviceTpChunkFactory device_chunks = {});
   ~TensorParallelStrategy() override;
 
   std::string describe() const override;
@@ -38,6 +42,7 @@ class TensorParallelStrategy final : public ParallelStrategy {
   void begin_step(const GlobalBatch& batch) override;
   double run_micro_batches(TrainModel& model, const GlobalBatch& batch, double loss_scale) override;
   void sync_gradients(TrainModel& model) override;
+  double evaluate(TrainModel& model, const int* inputs, const int* targets, int rows, int T) override;
   double mean_loss(double local_loss) override;
   TrainModel::StepOutcome optimizer_step(TrainModel& model, AdamW& optimizer, double lr, double grad_scale,
                                          double clip) override;
@@ -56,12 +61,17 @@ class TensorParallelStrategy final : public ParallelStrategy {
   TpShardModel& shard_model() { return *model_; }
 
  private:
+  // The shard as built for the CPU, or (with device_chunks_) wrapped to compute on the GPU.
+  std::unique_ptr<TpShardModel> on_device(std::unique_ptr<TpShardModel> shard, const DeviceChunkStorage& storage,
+                                          const std::string& precision);
+
   Communicator& world_;
   std::unique_ptr<ProcessGrid> grid_;
   bool sequence_parallel_ = false;
   TpShardModel* model_ = nullptr;         // the shard make_model built (owned by the trainer)
   DistributedOptimizer* zero_ = nullptr;  // --zero 1: the wrapper around model_ the trainer drives
   int zero_stage_ = 0;
+  DeviceTpChunkFactory device_chunks_;  // --device cuda: the shard's GPU half
   CommStats tp_before_, dp_before_;
   StepCommReport report_;
   std::vector<TpCollective> step_ledger_;

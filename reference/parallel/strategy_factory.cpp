@@ -48,25 +48,24 @@ void check_parallel_options(const TrainOptions& o, int world_size) {
   refuse_zero_compositions(o.parallel);
 }
 
-StrategyFactory make_strategy_factory(Communicator* world, GradCommFactory grad_comm, ZeroModelFactory zero_model,
-                                      DeviceChunkFactory pipeline_chunks) {
-  return [world, grad_comm, zero_model, pipeline_chunks](const TrainOptions& o) -> std::unique_ptr<ParallelStrategy> {
+StrategyFactory make_strategy_factory(Communicator* world, DeviceFactories device) {
+  return [world, device](const TrainOptions& o) -> std::unique_ptr<ParallelStrategy> {
     const int world_size = world ? world->size() : 1;
     check_parallel_options(o, world_size);
     if (o.parallel.pp > 1) {
       require(world != nullptr, "pp", "a pipeline needs a communicator, and this run has none",
               "start the run through scalelab train (mpirun -np N for N ranks)");
-      return std::make_unique<PipelineStrategy>(*world, o, pipeline_chunks);
+      return std::make_unique<PipelineStrategy>(*world, o, device.pipeline_chunks);
     }
     if (o.parallel.tp > 1) {
       require(world != nullptr, "tp", "tensor parallelism needs a communicator, and this run has none",
               "start the run through scalelab train (mpirun -np N for N ranks)");
-      return std::make_unique<TensorParallelStrategy>(*world, o);
+      return std::make_unique<TensorParallelStrategy>(*world, o, device.tp_chunks);
     }
     if (o.parallel.zero > 0) {
       require(world != nullptr, "zero", "ZeRO needs a communicator, and this run has none",
               "start the run through scalelab train (mpirun -np N for N ranks)");
-      return std::make_unique<ZeroStrategy>(*world, o, zero_model);
+      return std::make_unique<ZeroStrategy>(*world, o, device.zero_model);
     }
     const int d = o.data_parallel_size(world_size);
     const bool ddp = d > 1 || o.parallel.ddp == "naive" || o.parallel.ddp == "bucketed";
@@ -74,7 +73,7 @@ StrategyFactory make_strategy_factory(Communicator* world, GradCommFactory grad_
     require(world != nullptr, "ddp", "data parallelism needs a communicator, and this run has none",
             "start the run through scalelab train (mpirun -np N for N ranks)");
     // Without tp and pp every rank is a replica: the data-parallel group is the world.
-    return std::make_unique<DdpStrategy>(*world, ddp_options_from(o.parallel), nullptr, grad_comm);
+    return std::make_unique<DdpStrategy>(*world, ddp_options_from(o.parallel), nullptr, device.grad_comm);
   };
 }
 

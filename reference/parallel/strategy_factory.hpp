@@ -6,6 +6,7 @@
 #include "comm/communicator.hpp"
 #include "dist/ddp_strategy.hpp"
 #include "dist/device_chunk.hpp"
+#include "dist/device_tp_shard.hpp"
 #include "dist/zero_train_model.hpp"
 #include "train/parallel_strategy.hpp"
 
@@ -16,16 +17,22 @@ namespace scalelab {
 // rank throws the same ConfigError), then builds:
 //   nothing parallel asked for                 SingleDevice
 //   dp > 1, or --ddp naive|bucketed            DdpStrategy over the world (stage 04)
-// and refuses, by flag, the stages this build does not have yet. grad_comm makes the
-// gradients' communicator for models whose gradients live on a GPU; zero_model builds ZeRO's model
-// on a GPU (stage 07 with --device cuda); pipeline_chunks a pipeline stage's chunks on a GPU
-// (stage 05 with --device cuda).
+// and refuses, by flag, the stages this build does not have yet. `device` holds what the GPU
+// paths need (below).
 // The checks the factory makes before building anything: the options against a job of
 // world_size ranks, and the stages this build has. A program calls it on every rank before it
 // loads data or builds a model, so a bad layout fails at once, alike everywhere.
 void check_parallel_options(const TrainOptions& options, int world_size);
 
-StrategyFactory make_strategy_factory(Communicator* world, GradCommFactory grad_comm = {},
-                                      ZeroModelFactory zero_model = {}, DeviceChunkFactory pipeline_chunks = {});
+// What a program built with CUDA hands the strategies for --device cuda (the library cannot see
+// CUDA: apps/scalelab/device_models.hpp makes them). Empty: the CPU only.
+struct DeviceFactories {
+  GradCommFactory grad_comm;           // DDP: the gradients' communicator for GPU models
+  ZeroModelFactory zero_model;         // stage 07: ZeRO's model on a GPU
+  DeviceChunkFactory pipeline_chunks;  // stage 05: a pipeline stage's chunks on a GPU
+  DeviceTpChunkFactory tp_chunks;      // stage 06: a tensor-parallel shard's GPU half
+};
+
+StrategyFactory make_strategy_factory(Communicator* world, DeviceFactories device = {});
 
 }  // namespace scalelab

@@ -377,8 +377,8 @@ TEST_CASE("the stage's device path (--device cuda) equals the CPU pipeline, with
       // Each step loaded the parameters once and stored the gradients once, on every chunk.
       for (int c = 0; c < dev.stage().chunk_count(); ++c) {
         const auto& chunk = dynamic_cast<const HostCopyChunk&>(dev.stage().chunk_at(c));
-        CHECK(chunk.loads == 3);
-        CHECK(chunk.stores == 3);
+        CHECK(chunk.loads() == 3);
+        CHECK(chunk.stores() == 3);
       }
     }
   }

@@ -416,7 +416,7 @@ TEST_CASE("bad tensor-parallel settings fail on every rank with one message", "[
   TrainOptions o;
   o.parallel.tp = 2;
   o.device = "cuda";
-  CHECK_THROWS_WITH(TensorParallelStrategy(world, o), Catch::Contains("use --device cpu with --tp"));
+  CHECK_THROWS_WITH(TensorParallelStrategy(world, o), Catch::Contains("gave it no GPU shards"));
   const int t = world.size();
   if (t < 2) return;
   // 5 x 8 = 40 token rows do not split over 3 ranks; 4 x 8 = 32 not over 3 either.

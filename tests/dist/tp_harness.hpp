@@ -20,10 +20,14 @@ struct TpHarness : StrategyHarness {
 
   // tp ranks x (world / tp) replicas, m micro-batches of batch / (dp m) rows; in `precision`
   // (fp32, or bf16/fp16: mixed precision, the loss multiplied by `scale`), with --zero `zero`.
+  // With `device` the shard runs its --device cuda path with that chunk (host_copy_tp_chunk.hpp:
+  // a CPU twin).
   TpHarness(scalelab::Communicator& world, const scalelab::GPTConfig& config, int tp, bool sequence_parallel, int m,
             int batch, int seq_len, std::uint64_t seed,
             const scalelab::CheckpointPolicy& policy = scalelab::CheckpointPolicy{},
-            const std::string& precision = "fp32", double scale = 1.0, int zero = 0) {
+            const std::string& precision = "fp32", double scale = 1.0, int zero = 0,
+            scalelab::DeviceTpChunkFactory device = {}) {
+    if (device) options.device = "cuda";  // the shard's device path, with `device`'s chunk
     options.precision = precision;
     options.parallel.zero = zero;
     loss_scale = scale;
@@ -33,7 +37,7 @@ struct TpHarness : StrategyHarness {
     options.parallel.sequence_parallel = sequence_parallel;
     options.parallel.micro_batches = m;
     options.adamw.lr = 1e-3;
-    strategy = std::make_unique<scalelab::TensorParallelStrategy>(world, options);
+    strategy = std::make_unique<scalelab::TensorParallelStrategy>(world, options, std::move(device));
     start(*strategy, config, seed, policy, "tensor-parallel test");
   }
   scalelab::TpShardModel& any_shard() { return strategy->shard_model(); }

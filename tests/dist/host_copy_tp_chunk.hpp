@@ -1,0 +1,52 @@
+// A CPU twin of the GPU tensor-parallel chunk (kernels/dist/gpu_tp_chunk.hpp) for the tests of the
+// shard's device path on any machine: the CPU shard (TensorParallelModel, or
+// MixedTensorParallelModel in bf16/fp16) computing on its own copy of the parameters and
+// gradients, a second host buffer standing for device memory (counted in the shard's device
+// tracker), loaded from and stored into the host shard's flat buffers through the same hooks as
+// the GPU chunk (dist/device_tp_shard.hpp). Its collectives run over the host communicator of the
+// group. What it cannot check is the GPU's arithmetic: tests/gpu does that.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "dist/device_tp_shard.hpp"
+#include "dist/tp_mixed_model.hpp"
+#include "dist/tp_model.hpp"
+#include "host_device_copy.hpp"
+
+namespace scalelab_test {
+
+class HostCopyTpChunk final : public ForwardingChunk<scalelab::DeviceTpChunk, scalelab::TpShardModel> {
+ public:
+  HostCopyTpChunk(const scalelab::GPTConfig& config, const std::string& precision,
+                  const scalelab::DeviceChunkStorage& host, scalelab::Communicator& tp, scalelab::MemoryTracker* device)
+      : copy_(host, precision, scalelab::TpLayout(config, tp.size(), tp.rank()).layout().num_params(), device) {
+    using namespace scalelab;
+    if (!copy_.mixed()) {
+      inner_ = std::make_unique<TensorParallelModel>(config, ModelSlice{}, tp, false, device, copy_.params.data(),
+                                                     copy_.grads.data());
+      return;
+    }
+    inner_ = std::make_unique<MixedTensorParallelModel>(config, tp, false, *copy_.half, device, copy_.mixed_storage());
+  }
+  static scalelab::DeviceTpChunkFactory factory() {
+    return [](const scalelab::GPTConfig& c, const std::string& precision, const scalelab::DeviceChunkStorage& s,
+              scalelab::Communicator& tp, scalelab::MemoryTracker* device) -> std::unique_ptr<scalelab::DeviceTpChunk> {
+      return std::make_unique<HostCopyTpChunk>(c, precision, s, tp, device);
+    };
+  }
+
+  scalelab::TpGroup& group() override { return inner_->group(); }
+
+  void load_params() override { copy_.load(); }
+  void store_grads() override { copy_.store(); }
+  void zero_grads() override { copy_.zero(); }
+  int loads() const { return copy_.loads; }  // how often the strategy called the hooks
+  int stores() const { return copy_.stores; }
+
+ private:
+  HostDeviceCopy copy_;
+};
+
+}  // namespace scalelab_test

@@ -1,0 +1,100 @@
+// What the CPU twins of the GPU chunks share (host_copy_chunk.hpp for the pipeline,
+// host_copy_tp_chunk.hpp for tensor parallelism): the "device" copy of a chunk's parameters and
+// gradients, a second host buffer counted in the device tracker (fp32, or the half bits in
+// bf16/fp16), and the hooks' copies to and from the host buffers (dist/device_chunk.hpp), counted;
+// and the chunk calls handed to the CPU chunk that computes on that copy.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "dist/device_chunk.hpp"
+#include "dist/pipeline_chunk.hpp"
+#include "precision/half.hpp"
+
+namespace scalelab_test {
+
+struct HostDeviceCopy {
+  // n parameters in `precision` (fp32, bf16, fp16), their host copy in `host`.
+  HostDeviceCopy(const scalelab::DeviceChunkStorage& host, const std::string& precision, std::size_t n,
+                 scalelab::MemoryTracker* device)
+      : host_(host) {
+    using namespace scalelab;
+    if (precision == "fp32") {
+      params = Buffer<float>(n, MemCategory::kParams, device);
+      grads = Buffer<float>(n, MemCategory::kGrads, device);
+      return;
+    }
+    half = parse_half_format(precision);
+    half_params = Buffer<std::uint16_t>(n, MemCategory::kParams, device);
+    half_grads = Buffer<std::uint16_t>(n, MemCategory::kGrads, device);
+  }
+  // Storage for a mixed-precision model computing on the copy: no master weights (the host keeps them).
+  scalelab::MixedStorage mixed_storage(const scalelab::ModelSlice& slice = {}) {
+    scalelab::MixedStorage s;
+    s.slice = slice;
+    s.param_data = half_params.data();
+    s.grad_data = half_grads.data();
+    s.master_begin = s.master_end = 0;
+    return s;
+  }
+
+  void load() {
+    std::memcpy(own_params(), scalelab::device_chunk_host_params(host_, mixed()), own_bytes());
+    ++loads;
+  }
+  void store() {
+    std::memcpy(scalelab::device_chunk_host_grads(host_, mixed()), own_grads(), own_bytes());
+    ++stores;
+  }
+  void zero() { std::memset(own_grads(), 0, own_bytes()); }
+  bool mixed() const { return half.has_value(); }
+
+  std::optional<scalelab::HalfFormat> half;
+  scalelab::Buffer<float> params, grads;                    // fp32: the "device" copy
+  scalelab::Buffer<std::uint16_t> half_params, half_grads;  // mixed precision: the "device" copy
+  int loads = 0, stores = 0;                                // how often the hooks ran
+
+ private:
+  void* own_params() { return mixed() ? static_cast<void*>(half_params.data()) : params.data(); }
+  void* own_grads() { return mixed() ? static_cast<void*>(half_grads.data()) : grads.data(); }
+  std::size_t own_bytes() const { return mixed() ? half_params.bytes() : params.bytes(); }
+  scalelab::DeviceChunkStorage host_;
+};
+
+// A chunk (Base: a PipelineChunk) whose calls all go to inner_ (Inner: a CPU chunk or shard).
+template <typename Base, typename Inner>
+class ForwardingChunk : public Base {
+ public:
+  const scalelab::ModelSlice& slice() const override { return inner_->slice(); }
+  const scalelab::ParamLayout& layout() const override { return inner_->layout(); }
+  std::size_t num_params() const override { return inner_->num_params(); }
+  std::size_t boundary_elements(int B, int T) const override { return inner_->boundary_elements(B, T); }
+  scalelab::DataType boundary_type() const override { return inner_->boundary_type(); }
+  float forward_slice(const int* tokens, const float* input, const int* targets, int B, int T) override {
+    return inner_->forward_slice(tokens, input, targets, B, T);
+  }
+  const float* output() const override { return inner_->output(); }
+  void backward_slice(const float* doutput, float loss_scale) override { inner_->backward_slice(doutput, loss_scale); }
+  void backward_input(const float* doutput, float loss_scale) override { inner_->backward_input(doutput, loss_scale); }
+  void backward_weight() override { inner_->backward_weight(); }
+  const float* input_grad() const override { return inner_->input_grad(); }
+  void stash_activations(int key) override { inner_->stash_activations(key); }
+  void restore_activations(int key) override { inner_->restore_activations(key); }
+  void release_activations() override { inner_->release_activations(); }
+  std::size_t stashed_count() const override { return inner_->stashed_count(); }
+  void set_checkpoint_policy(const scalelab::CheckpointPolicy& policy) override {
+    inner_->set_checkpoint_policy(policy);
+  }
+  void set_attention(scalelab::AttentionKind kind) override { inner_->set_attention(kind); }
+  void init_weights(std::uint64_t seed) override { inner_->init_weights(seed); }
+  std::size_t block_forward_count() const override { return inner_->block_forward_count(); }
+
+ protected:
+  std::unique_ptr<Inner> inner_;
+};
+
+}  // namespace scalelab_test

@@ -1,0 +1,105 @@
+// Stage 06 on the GPU: the tensor-parallel shard that `scalelab train --tp T --device cuda` runs
+// (kernels/dist/gpu_tp_chunk.hpp), over the world's ranks sharing one GPU, their collectives
+// staged through host memory (NCCL needs one GPU per rank).
+//   [gpu_tp_equal]   against stage 01 on the CPU: the loss, every gradient gathered back into the
+//                    whole tensors, the ledger's count, a second step after the host's AdamW
+//   [gpu_tp_memory]  the device's bytes: the shard's parameters and gradients, and its saved
+//                    activations by this file's own count of the tensors a rank keeps
+//
+// Tolerances (not bitwise: cuBLAS's and the reductions' summation orders, the embedding's
+// atomics, and the all-reduces' partial sums): fp32 loss relative 1e-5 and gradients relative
+// 1e-4 by norm per tensor, test_gpu_model's bounds; bf16 loss relative 2e-2 (half activations).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "batch.hpp"
+#include "compare.hpp"
+#include "kernels/dist/gpu_tp_chunk.hpp"
+#include "kernels/dist/host_staging_communicator.hpp"
+#include "tp_harness.hpp"
+#include "world.hpp"
+
+using namespace scalelab;
+using namespace scalelab_test;
+
+namespace {
+// V = 65 is padded on every t > 1 (Vl = 33: one padding row on rank 1 of 2); 4 heads split 1, 2 or 4 ways.
+const prior::ModelShape kTpShape{65, 16, 32, 2, 4};
+constexpr int kRows = 4, kT = 16;
+constexpr std::uint64_t kTpSeed = 12;
+constexpr double kLossTol = 1e-5, kGradTol = 1e-4, kHalfLossTol = 2e-2;
+
+DeviceTpChunkFactory gpu_chunks() {
+  return [](const GPTConfig& config, const std::string& precision, const DeviceChunkStorage& storage, Communicator& tp,
+            MemoryTracker* device) {
+    const cuda::DeviceCommFactory staging = [](Communicator& host,
+                                               cudaStream_t stream) -> std::unique_ptr<Communicator> {
+      return std::make_unique<cuda::HostStagingCommunicator>(host, stream);
+    };
+    return cuda::make_gpu_tp_chunk(config, precision, storage, tp, staging, device);
+  };
+}
+}  // namespace
+
+TEST_CASE("the GPU tensor-parallel shard's gradients equal stage 01 on the CPU", "[gpu_tp_equal]") {
+  Communicator& world = test_world();
+  const int t = world.size(), m = 2;
+  if (kTpShape.NH % t != 0) return;
+  const Batch batch = random_batch(kTpShape.V, kRows, kT, 51);
+  const prior::StepResult want = prior::stage01_step(kTpShape, kTpSeed, batch.tokens, batch.targets, kRows, kT, m);
+  for (const std::string precision : {"fp32", "bf16"}) {
+    INFO(where(world) << ", t " << t << ", " << precision);
+    TpHarness h(world, config_from(kTpShape), t, false, m, kRows, kT, kTpSeed, {}, precision, 1.0, 0, gpu_chunks());
+    const double loss = h.forward_backward(batch.tokens, batch.targets);
+    CHECK(loss == Approx(want.loss).epsilon(precision == "fp32" ? kLossTol : kHalfLossTol));
+    // The ledger: per micro-batch 1 + 2L all-reduces of N C forward, 2L + 1 backward, 3 of N.
+    const std::size_t L = static_cast<std::size_t>(kTpShape.L);
+    CHECK(h.strategy->step_ledger().size() == static_cast<std::size_t>(m) * (4 * L + 2 + 3));
+    if (precision == "fp32") {
+      const std::vector<float> grads = h.gather_whole(h.model->fp32_grads());
+      const ParamLayout whole(config_from(kTpShape));
+      for (const ParamTensor& tensor : whole.tensors()) {
+        const double err = relative_norm_error(grads.data() + tensor.offset, want.grads.data() + tensor.offset,
+                                               tensor.numel);
+        INFO("gradient of " << tensor.name << ": relative error " << err << " vs stage 01 (tolerance " << kGradTol
+                            << ")");
+        CHECK(err <= kGradTol);
+      }
+    }
+    h.update();  // the host's AdamW on the shard's flat buffers, loaded into the GPU next step
+    const double second = h.forward_backward(batch.tokens, batch.targets);
+    CHECK(std::isfinite(second));
+    CHECK(second < loss);
+  }
+}
+
+TEST_CASE("the GPU tensor-parallel shard's device memory: its tensors and its saved activations", "[gpu_tp_memory]") {
+  Communicator& world = test_world();
+  const int t = world.size();
+  if (kTpShape.NH % t != 0) return;
+  const Batch batch = random_batch(kTpShape.V, kRows, kT, 52);
+  TpHarness h(world, config_from(kTpShape), t, false, 1, kRows, kT, kTpSeed, {}, "fp32", 1.0, 0, gpu_chunks());
+  h.forward_backward(batch.tokens, batch.targets);
+  const MemoryTracker* device = h.any_shard().device_memory();
+  REQUIRE(device != nullptr);
+  INFO(where(world) << ": device memory\n" << device->report());
+  const std::size_t n = h.any_shard().num_params();
+  CHECK(device->current(MemCategory::kParams) == n * sizeof(float));
+  CHECK(device->current(MemCategory::kGrads) == n * sizeof(float));
+  CHECK(device->current(MemCategory::kOptimizer) == 0);  // AdamW steps on the host
+  // Saved per block (N = B T, Cl = C/t, NHl = NH/t): ln1, residual2, ln2, residual3 (N C); qkv
+  // (N 3Cl); atty (N Cl); fch, fch_gelu (N 4Cl); att (NHl N T); 4 N LayerNorm statistics. Then the
+  // embeddings' output (N C), ln_f's (N C) and statistics (2 N), the logits (N rows of V_real
+  // rounded up to 128) and the losses (N).
+  const std::size_t N = static_cast<std::size_t>(kRows) * kT, C = kTpShape.C, Cl = C / t,
+                    NHl = static_cast<std::size_t>(kTpShape.NH / t);
+  const std::size_t V_real = static_cast<std::size_t>(h.any_shard().shard().vocab().real());
+  const std::size_t ld = (V_real + 127) / 128 * 128;
+  const std::size_t per_block = 4 * N * C + 3 * N * Cl + N * Cl + 8 * N * Cl + NHl * N * kT + 4 * N;
+  const std::size_t want = kTpShape.L * per_block + N * C + N * C + 2 * N + N * ld + N;
+  CHECK(device->peak(MemCategory::kActivations) == want * sizeof(float));
+}
