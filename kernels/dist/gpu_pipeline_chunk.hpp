@@ -23,6 +23,7 @@
 #include "dist/device_chunk.hpp"
 #include "kernels/core/device_buffer.hpp"
 #include "kernels/core/dtype.hpp"
+#include "kernels/dist/host_boundary.hpp"
 #include "kernels/model/gpu_gpt.hpp"
 #include "precision/half.hpp"
 
@@ -69,19 +70,12 @@ class GpuPipelineChunk final : public PipelineChunk {
   void zero_grads() override { gpt_.zero_grad(); }
 
  private:
-  // n fp32 values from the host into boundary_ on the device (narrowed to F).
-  const F* to_device(const float* host, std::size_t n);
-  // n values of F from the device into `out` on the host (widened to fp32); waits for the stream.
-  void to_host(const F* device, std::size_t n, std::vector<float>& out);
-
   GpuGPT<F> gpt_;
   DeviceChunkStorage host_;
-  MemoryTracker* device_;                // the device's bytes
-  std::size_t boundary_ = 0;             // B T C of the last forward (every micro-batch of a step has it)
-  DeviceBuffer<F> received_;             // (B,T,C) the received activations or gradient (communication)
-  std::vector<std::uint16_t> narrowed_;  // (B,T,C) half staging on the host (mixed precision)
-  std::vector<float> output_;            // (B,T,C) the last forward's output, fp32 on the host
-  std::vector<float> input_grad_;        // (B,T,C) the last backward's input gradient, fp32 on the host
+  HostBoundary<F> boundary_io_;    // the messages' copies between host and device
+  std::size_t boundary_ = 0;       // B T C of the last forward (every micro-batch of a step has it)
+  std::vector<float> output_;      // (B,T,C) the last forward's output, fp32 on the host
+  std::vector<float> input_grad_;  // (B,T,C) the last backward's input gradient, fp32 on the host
 };
 
 // The DeviceChunkFactory of `scalelab train --pp P --device cuda`: fp32, bf16 or fp16 chunks

@@ -1,9 +1,8 @@
 // The tensor-parallel shard on the GPU: buffers, the vocabulary-split embedding and head, the
-// blocks through the shared walk, and the host copy's loads and stores.
+// blocks through the shared walk, micro-batches in flight, and the host copy's loads and stores.
 #include "kernels/dist/gpu_tp_chunk.hpp"
 
 #include <cstdint>
-#include <optional>
 
 #include "core/carve.hpp"
 #include "core/error.hpp"
@@ -13,56 +12,28 @@
 #include "kernels/layers/layernorm.hpp"
 #include "kernels/layers/matmul.hpp"
 #include "kernels/layers/tensor_parallel.hpp"
-#include "kernels/model/gpu_gpt.hpp"
 #include "kernels/model/gpu_params.hpp"
 #include "model/attention_block.hpp"
+#include "model/batch_check.hpp"
 #include "model/gpt.hpp"
 
 namespace scalelab::cuda {
 
-namespace {
-
-template <typename F>
-std::optional<HalfFormat> half_format_of() {
-  if constexpr (std::is_same_v<F, bf16>) return HalfFormat::kBF16;
-  if constexpr (std::is_same_v<F, fp16>) return HalfFormat::kFP16;
-  return std::nullopt;
-}
-
-// bytes between host and device on `stream`, then waits for it.
-void copy_and_wait(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
-  if (bytes == 0) return;
-  SCALELAB_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, stream));
-  SCALELAB_CUDA_CHECK(cudaStreamSynchronize(stream));
-}
-
-[[noreturn]] void no_pipeline_on_gpu() {
-  throw ConfigError(
-      "tp: a tensor-parallel shard on the GPU is the whole model in this build, not a pipeline stage's part; use "
-      "--device cpu for --tp with --pp");
-}
-
-}  // namespace
-
 template <typename F>
 GpuTpChunk<F>::GpuTpChunk(const GPTConfig& config, const DeviceChunkStorage& storage, Communicator& tp,
                           const DeviceCommFactory& make_comm, MemoryTracker* device)
-    : shard_(config, tp.size(), tp.rank()),
-      slice_(ModelSlice{}.resolved(config)),
+    : shard_(config, storage.slice.resolved(config), tp.size(), tp.rank()),
       host_(storage),
       device_(device),
       blas_(stream_.get(), device),
       params_(shard_.layout().num_params(), MemCategory::kParams, device),
       grads_(shard_.layout().num_params(), MemCategory::kGrads, device),
-      w_(device_param_view(shard_.layout(), slice_, params_.data())),
-      g_(device_param_view(shard_.layout(), slice_, grads_.data())),
+      w_(device_param_view(shard_.layout(), shard_.slice(), params_.data())),
+      g_(device_param_view(shard_.layout(), shard_.slice(), grads_.data())),
       comm_(make_comm(tp, stream_.get())),
-      ce_(0, MemCategory::kWorkspace, device),
+      boundary_io_(stream_.get(), device),
       ln_scratch_(layernorm_backward_scratch_elements(config.channels), MemCategory::kWorkspace, device),
       loss_(1, MemCategory::kWorkspace, device) {
-  require(storage.slice.is_whole(config), "tp",
-          "a tensor-parallel shard on the GPU holds the whole model in this build (a pipeline slice was asked for)",
-          "use --device cpu for --tp with --pp");
   SCALELAB_CHECK(comm_ && comm_->memory_space() == MemorySpace::kDevice,
                  "the tensor-parallel group's communicator on the GPU must take device memory");
   device_chunk_host_params(host_, kMixed);  // checks that the host copy is there
@@ -87,61 +58,68 @@ void GpuTpChunk<F>::set_attention(AttentionKind kind) {
 
 template <typename F>
 template <typename Values, typename Stats>
-void GpuTpChunk<F>::carve_activations(Values& p, Stats& q) {
+void GpuTpChunk<F>::carve_activations(Values& p, Stats& q, Saved& s) {
   using Kind = CheckpointPolicy::Kind;
-  const int L = slice_.num_layers;
-  const std::size_t N = static_cast<std::size_t>(dims_.N()), NC = N * dims_.C;
-  encoded_ = p.take(NC);
-  boundaries_.assign(1, encoded_);
-  for (int seg = 1; seg < segment_count(policy_, L); ++seg) boundaries_.push_back(p.take(NC));
-  if (has_segments(policy_)) final_input_ = p.take(NC);
-  const bool own_att = policy_.kind != Kind::kSelective;
-  blocks_.assign(static_cast<std::size_t>(activation_slots(policy_, L)), GpuBlockActs<F>{});
-  for (auto& b : blocks_) carve_gpu_tp_block_acts(b, p, q, dims_, own_att);
-  if (policy_.kind == Kind::kSelective) {  // one att buffer for every block (naive attention only)
-    F* shared_att = p.take(static_cast<std::size_t>(dims_.NHl()) * N * dims_.T);
-    for (auto& b : blocks_) b.att = shared_att;
+  const int L = slice().num_layers;
+  const std::size_t N = static_cast<std::size_t>(s.dims.N()), NC = N * s.dims.C;
+  s.encoded = p.take(NC);
+  s.boundaries.assign(1, s.encoded);
+  for (int seg = 1; seg < segment_count(s.policy, L); ++seg) s.boundaries.push_back(p.take(NC));
+  if (has_segments(s.policy)) s.final_input = p.take(NC);
+  const bool own_att = s.policy.kind != Kind::kSelective;
+  s.blocks.assign(static_cast<std::size_t>(activation_slots(s.policy, L)), GpuBlockActs<F>{});
+  for (auto& b : s.blocks) carve_gpu_tp_block_acts(b, p, q, s.dims, own_att);
+  if (s.policy.kind == Kind::kSelective) {  // one att buffer for every block (naive attention only)
+    F* shared_att = p.take(static_cast<std::size_t>(s.dims.NHl()) * N * s.dims.T);
+    for (auto& b : s.blocks) b.att = shared_att;
   }
-  if (!has_segments(policy_)) final_input_ = blocks_.back().residual3;
-  lnf_ = p.take(NC);
-  lnf_mean_ = q.take(N);
-  lnf_rstd_ = q.take(N);
-  probs_ = p.take(N * static_cast<std::size_t>(logits_stride()));
-  losses_ = q.take(N);
+  if (!has_segments(s.policy)) s.final_input = s.blocks.back().residual3;
+  if (!slice().head) return;
+  s.lnf = p.take(NC);
+  s.lnf_mean = q.take(N);
+  s.lnf_rstd = q.take(N);
+  s.probs = p.take(N * static_cast<std::size_t>(logits_stride()));
+  s.losses = q.take(N);
 }
 
 template <typename F>
 void GpuTpChunk<F>::ensure_buffers(int B, int T) {
-  const bool same_shape = dims_.B == B && dims_.T == T && dims_.attention == attention_;
-  const bool same_policy = acts_policy_.kind == policy_.kind && acts_policy_.every == policy_.every;
-  dims_ = GpuTpDims{B, T, shard_.config().channels, shard_.config().num_heads, shard_.size(), attention_};
-  const std::size_t N = static_cast<std::size_t>(B) * T, NC = N * dims_.C;
-  if (!have_acts_ || !same_shape || !same_policy) {
-    act_buffer_ = DeviceBuffer<F>();  // free the old ones first, so the peak is not their sum
-    stat_buffer_ = DeviceBuffer<float>();
+  const GpuTpDims dims{B, T, shard_.config().channels, shard_.config().num_heads, shard_.size(), attention_};
+  const std::size_t N = static_cast<std::size_t>(B) * T, NC = N * dims.C;
+  const auto same = [](const GpuTpDims& a, const GpuTpDims& b) {
+    return a.B == b.B && a.T == b.T && a.attention == b.attention;
+  };
+  const bool same_policy = acts_.policy.kind == policy_.kind && acts_.policy.every == policy_.every;
+  // The saved activations: reallocated when the shape or the policy changed, or after they were
+  // stashed or released (one set per micro-batch in flight).
+  if (acts_.values.size() == 0 || !same(acts_.dims, dims) || !same_policy) {
+    acts_.values = DeviceBuffer<F>();  // free the old ones first, so the peak is not their sum
+    acts_.stats = DeviceBuffer<float>();
+    acts_.dims = dims;
+    acts_.policy = policy_;
     Counter<F> count_values;
     Counter<float> count_stats;
-    carve_activations(count_values, count_stats);
-    act_buffer_ = DeviceBuffer<F>(count_values.used, MemCategory::kActivations, device_);
-    stat_buffer_ = DeviceBuffer<float>(count_stats.used, MemCategory::kActivations, device_);
-    Carver<F> p(act_buffer_.data(), act_buffer_.size());
-    Carver<float> q(stat_buffer_.data(), stat_buffer_.size());
-    carve_activations(p, q);
+    carve_activations(count_values, count_stats, acts_);
+    acts_.values = DeviceBuffer<F>(count_values.used, MemCategory::kActivations, device_);
+    acts_.stats = DeviceBuffer<float>(count_stats.used, MemCategory::kActivations, device_);
+    Carver<F> p(acts_.values.data(), acts_.values.size());
+    Carver<float> q(acts_.stats.data(), acts_.stats.size());
+    carve_activations(p, q, acts_);
     SCALELAB_CHECK(p.used_all() && q.used_all(), "tensor-parallel GPU activation layout does not add up");
-    acts_policy_ = policy_;
-    have_acts_ = true;
+    acts_.tokens = DeviceBuffer<int>(slice().embeddings ? N : 0, MemCategory::kWorkspace, device_);
+    acts_.targets = DeviceBuffer<int>(slice().head ? N : 0, MemCategory::kWorkspace, device_);
   }
-  if (same_shape && scratch_buffer_.size() > 0) return;
+  if (scratch_buffer_.size() > 0 && same(scratch_dims_, dims)) return;
+  scratch_dims_ = dims;
   scratch_buffer_ = DeviceBuffer<F>();
-  scratch_buffer_ = DeviceBuffer<F>(gpu_tp_block_scratch_elements(dims_) + 2 * NC, MemCategory::kWorkspace, device_);
+  scratch_buffer_ = DeviceBuffer<F>(gpu_tp_block_scratch_elements(dims) + 2 * NC, MemCategory::kWorkspace, device_);
   Carver<F> s(scratch_buffer_.data(), scratch_buffer_.size());
-  carve_gpu_tp_block_scratch(scratch_, s, dims_);
+  carve_gpu_tp_block_scratch(scratch_, s, dims);
   dres_ = s.take(NC);
   dlnf_ = s.take(NC);
   SCALELAB_CHECK(s.used_all(), "tensor-parallel GPU scratch layout does not add up");
-  tokens_ = DeviceBuffer<int>(N, MemCategory::kWorkspace, device_);
-  targets_ = DeviceBuffer<int>(N, MemCategory::kWorkspace, device_);
-  ce_ = DeviceBuffer<float>(3 * N, MemCategory::kWorkspace, device_);
+  ce_ = DeviceBuffer<float>();
+  ce_ = DeviceBuffer<float>(slice().head ? 3 * N : 0, MemCategory::kWorkspace, device_);
 }
 
 template <typename F>
@@ -157,90 +135,126 @@ void GpuTpChunk<F>::localise(const int* ids, DeviceBuffer<int>& out) {
 
 template <typename F>
 float GpuTpChunk<F>::forward_slice(const int* tokens, const float* input, const int* targets, int B, int T) {
-  SCALELAB_CHECK(tokens != nullptr && targets != nullptr && input == nullptr,
-                 "the GPU tensor-parallel shard runs the whole model: tokens and targets in, the loss out");
+  SCALELAB_CHECK(slice().embeddings ? tokens != nullptr : input != nullptr, "slice ", slice().describe(shard_.config()),
+                 slice().embeddings ? " starts from tokens" : " starts from input");
+  SCALELAB_CHECK(!slice().head || targets != nullptr, "slice ", slice().describe(shard_.config()), " needs targets");
+  // A kernel cannot throw: ids are checked on the host.
+  check_batch(shard_.config(), slice().embeddings ? tokens : nullptr, slice().head ? targets : nullptr, B, T);
   ensure_buffers(B, T);
-  localise(tokens, tokens_);
-  localise(targets, targets_);
-  probs_hold_dlogits_ = false;
-  const int N = dims_.N(), C = dims_.C, V = shard_.vocab().real(), ld = logits_stride();
-  const std::size_t NC = static_cast<std::size_t>(N) * C;
-  cudaStream_t st = stream();
-  label("embedding");
-  vocab_embedding_forward(encoded_, tokens_.data(), w_.wte, B, T, C, st);
-  gpu_tp_all_reduce(tp_, encoded_, NC);  // g: the whole lookup on every rank
-  add_position_embedding(encoded_, w_.wpe, B, T, C, st);
+  acts_.probs_hold_dlogits = false;
+  const int C = acts_.dims.C;
+  if (slice().embeddings) {
+    localise(tokens, acts_.tokens);
+    label("embedding");
+    vocab_embedding_forward(acts_.encoded, acts_.tokens.data(), w_.wte, B, T, C, stream());
+    gpu_tp_all_reduce(tp_, acts_.encoded, region_elements());  // g: the whole lookup on every rank
+    add_position_embedding(acts_.encoded, w_.wpe, B, T, C, stream());
+  } else {
+    copy_activation(acts_.encoded, boundary_io_.to_device(input, region_elements()));  // kept for block 0's backward
+  }
   walk_blocks_forward(*this, policy_);
-  label("head");
-  layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, final_input_, w_.lnf_w, w_.lnf_b, N, C, st);
-  if (V > 0) matmul_forward<F>(probs_, lnf_, w_.wte, nullptr, N, C, V, ld, blas_);  // logits of this rank's rows
-  label("cross-entropy");
-  float *row_max = ce_.data(), *target = row_max + N, *sum_exp = target + N;
-  vocab_ce_row_max(row_max, probs_, N, V, ld, st);
-  tp_all_reduce(tp_, row_max, static_cast<std::size_t>(N), ReduceOp::kMax);
-  vocab_ce_row_sums(sum_exp, target, probs_, row_max, targets_.data(), N, V, ld, st);
-  tp_all_reduce(tp_, target, static_cast<std::size_t>(N), ReduceOp::kSum);
-  tp_all_reduce(tp_, sum_exp, static_cast<std::size_t>(N), ReduceOp::kSum);
-  vocab_ce_finish(probs_, losses_, probs_, row_max, sum_exp, target, N, V, ld, st);
-  mean_loss(loss_.data(), losses_, N, st);
+  if (!slice().head) {
+    boundary_io_.to_host(acts_.final_input, region_elements(), output_);
+    return 0.0f;
+  }
+  localise(targets, acts_.targets);
+  head_forward();
   float loss = 0;
-  SCALELAB_CUDA_CHECK(cudaMemcpyAsync(&loss, loss_.data(), sizeof(float), cudaMemcpyDeviceToHost, st));
+  SCALELAB_CUDA_CHECK(cudaMemcpyAsync(&loss, loss_.data(), sizeof(float), cudaMemcpyDeviceToHost, stream()));
   stream_.synchronize();
   return loss;
 }
 
 template <typename F>
-void GpuTpChunk<F>::backward_slice(const float* doutput, float loss_scale) {
-  SCALELAB_CHECK(have_acts_, "backward() called before forward()");
-  SCALELAB_CHECK(doutput == nullptr, "the GPU tensor-parallel shard's backward starts from its loss");
-  SCALELAB_CHECK(!probs_hold_dlogits_, "backward() called twice after one forward()");
-  const int N = dims_.N(), C = dims_.C, V = shard_.vocab().real(), ld = logits_stride();
-  const std::size_t NC = static_cast<std::size_t>(N) * C;
+void GpuTpChunk<F>::head_forward() {
+  Saved& s = acts_;
+  const int N = s.dims.N(), C = s.dims.C, V = shard_.vocab().real(), ld = logits_stride();
+  cudaStream_t st = stream();
+  label("head");
+  layernorm_forward(s.lnf, s.lnf_mean, s.lnf_rstd, s.final_input, w_.lnf_w, w_.lnf_b, N, C, st);
+  if (V > 0) matmul_forward<F>(s.probs, s.lnf, w_.wte, nullptr, N, C, V, ld, blas_);  // logits of this rank's rows
+  label("cross-entropy");
+  float *row_max = ce_.data(), *target = row_max + N, *sum_exp = target + N;
+  vocab_ce_row_max(row_max, s.probs, N, V, ld, st);
+  tp_all_reduce(tp_, row_max, static_cast<std::size_t>(N), ReduceOp::kMax);
+  vocab_ce_row_sums(sum_exp, target, s.probs, row_max, s.targets.data(), N, V, ld, st);
+  tp_all_reduce(tp_, target, static_cast<std::size_t>(N), ReduceOp::kSum);
+  tp_all_reduce(tp_, sum_exp, static_cast<std::size_t>(N), ReduceOp::kSum);
+  vocab_ce_finish(s.probs, s.losses, s.probs, row_max, sum_exp, target, N, V, ld, st);
+  mean_loss(loss_.data(), s.losses, N, st);
+}
+
+template <typename F>
+void GpuTpChunk<F>::head_backward(float loss_scale) {
+  Saved& s = acts_;
+  SCALELAB_CHECK(!s.probs_hold_dlogits, "backward() called twice after one forward()");
+  const int N = s.dims.N(), C = s.dims.C, V = shard_.vocab().real(), ld = logits_stride();
+  const std::size_t NC = region_elements();
   cudaStream_t st = stream();
   // The whole row's softmax is already on every rank: the gradient of this rank's columns is
   // local (a target of -1 is another rank's column). In place over the probabilities.
-  crossentropy_backward(probs_, probs_, targets_.data(), loss_scale / static_cast<float>(N), N, V, ld, st);
-  probs_hold_dlogits_ = true;
+  crossentropy_backward(s.probs, s.probs, s.targets.data(), loss_scale / static_cast<float>(N), N, V, ld, st);
+  s.probs_hold_dlogits = true;
   label("head");
   if (V > 0)
-    matmul_backward<F>(dlnf_, g_.wte, nullptr, probs_, lnf_, w_.wte, N, C, V, ld, blas_);  // partial d lnf
+    matmul_backward<F>(dlnf_, g_.wte, nullptr, s.probs, s.lnf, w_.wte, N, C, V, ld, blas_);  // partial d lnf
   else
     SCALELAB_CUDA_CHECK(cudaMemsetAsync(dlnf_, 0, NC * sizeof(F), st));  // no rows here: adds nothing
   gpu_tp_all_reduce(tp_, dlnf_, NC);                                     // f's backward: the LM head is column-parallel
   SCALELAB_CUDA_CHECK(cudaMemsetAsync(dres_, 0, NC * sizeof(F), st));
-  layernorm_backward(dres_, g_.lnf_w, g_.lnf_b, scratch_.ln_partials, dlnf_, final_input_, w_.lnf_w, lnf_mean_,
-                     lnf_rstd_, N, C, st);
+  layernorm_backward(dres_, g_.lnf_w, g_.lnf_b, scratch_.ln_partials, dlnf_, s.final_input, w_.lnf_w, s.lnf_mean,
+                     s.lnf_rstd, N, C, st);
+}
+
+template <typename F>
+void GpuTpChunk<F>::backward_slice(const float* doutput, float loss_scale) {
+  SCALELAB_CHECK(acts_.values.size() > 0, "backward with no saved forward");
+  if (slice().head) {
+    head_backward(loss_scale);
+  } else {
+    SCALELAB_CHECK(doutput != nullptr, "slice ", slice().describe(shard_.config()), " needs d loss / d output");
+    copy_activation(dres_, boundary_io_.to_device(doutput, region_elements()));  // updated in place below
+  }
   walk_blocks_backward(*this, policy_);
-  label("embedding");
-  vocab_embedding_backward(g_.wte, g_.wpe, dres_, tokens_.data(), dims_.B, dims_.T, C, st);
-  stream_.synchronize();  // the gradients are final for store_grads
+  if (slice().embeddings) {
+    label("embedding");
+    vocab_embedding_backward(g_.wte, g_.wpe, dres_, acts_.tokens.data(), acts_.dims.B, acts_.dims.T, acts_.dims.C,
+                             stream());
+    stream_.synchronize();  // the gradients are final for store_grads
+  } else {
+    boundary_io_.to_host(dres_, region_elements(), input_grad_);  // d loss / d input, for the previous stage
+  }
 }
 
 template <typename F>
 void GpuTpChunk<F>::backward_input(const float*, float) {
-  no_pipeline_on_gpu();
+  refuse_split_backward_on_gpu();
 }
 
 template <typename F>
 void GpuTpChunk<F>::backward_weight() {
-  no_pipeline_on_gpu();
+  refuse_split_backward_on_gpu();
 }
 
 template <typename F>
-void GpuTpChunk<F>::stash_activations(int) {
-  no_pipeline_on_gpu();
+void GpuTpChunk<F>::stash_activations(int key) {
+  SCALELAB_CHECK(acts_.values.size() > 0, "stash_activations(", key, ") with no forward to stash");
+  SCALELAB_CHECK(!stash_.count(key), "activations of key ", key, " are already stashed");
+  stash_[key] = std::move(acts_);  // the device buffers move, the pointers into them stay valid
+  acts_ = Saved{};                 // the next forward allocates its own
 }
 
 template <typename F>
-void GpuTpChunk<F>::restore_activations(int) {
-  no_pipeline_on_gpu();
+void GpuTpChunk<F>::restore_activations(int key) {
+  const auto it = stash_.find(key);
+  SCALELAB_CHECK(it != stash_.end(), "no activations stashed under key ", key);
+  acts_ = std::move(it->second);
+  stash_.erase(it);
 }
 
 template <typename F>
 void GpuTpChunk<F>::release_activations() {
-  act_buffer_ = DeviceBuffer<F>();
-  stat_buffer_ = DeviceBuffer<float>();
-  have_acts_ = false;
+  acts_ = Saved{};
 }
 
 template <typename F>
@@ -290,37 +304,38 @@ std::vector<float> GpuTpChunk<F>::grads_to_host() const {
 
 template <typename F>
 void GpuTpChunk<F>::forward_block(int l, int slot, ActPlace x) {
-  label("block " + std::to_string(l));
-  gpu_tp_block_forward(tp_, blocks_[slot], w_.blocks[l], place(x), scratch_, dims_, blas_);
+  label("block " + std::to_string(slice().first_layer + l));
+  gpu_tp_block_forward(tp_, acts_.blocks[slot], w_.blocks[l], place(x), scratch_, acts_.dims, blas_);
   ++block_forwards_;
 }
 
 template <typename F>
 void GpuTpChunk<F>::backward_block(int l, int slot, ActPlace x) {
-  label("block " + std::to_string(l));
-  gpu_tp_block_backward(tp_, dres_, g_.blocks[l], blocks_[slot], w_.blocks[l], place(x), scratch_, dims_, blas_);
+  label("block " + std::to_string(slice().first_layer + l));
+  gpu_tp_block_backward(tp_, dres_, g_.blocks[l], acts_.blocks[slot], w_.blocks[l], place(x), scratch_, acts_.dims,
+                        blas_);
 }
 
 template <typename F>
 void GpuTpChunk<F>::keep_boundary(int s, ActPlace x) {
-  copy_activation(boundaries_[s], place(x));
+  copy_activation(acts_.boundaries[s], place(x));
 }
 
 template <typename F>
 void GpuTpChunk<F>::store_output(ActPlace x) {
-  if (place(x) != final_input_) copy_activation(final_input_, place(x));
+  if (place(x) != acts_.final_input) copy_activation(acts_.final_input, place(x));
 }
 
 template <typename F>
 void GpuTpChunk<F>::recompute_attention(int /*l*/, int slot) {
-  GpuBlockActs<F>& a = blocks_[slot];
-  attention_forward(scratch_.proj, a.att, a.qkv, dims_.B, dims_.T, dims_.Cl(), dims_.NHl(), blas_);  // output unused
+  GpuBlockActs<F>& a = acts_.blocks[slot];
+  const GpuTpDims& d = acts_.dims;
+  attention_forward(scratch_.proj, a.att, a.qkv, d.B, d.T, d.Cl(), d.NHl(), blas_);  // the output is discarded
 }
 
 template <typename F>
 void GpuTpChunk<F>::copy_activation(F* dst, const F* src) {
-  const std::size_t n = static_cast<std::size_t>(dims_.N()) * dims_.C;
-  SCALELAB_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(F), cudaMemcpyDeviceToDevice, stream()));
+  SCALELAB_CUDA_CHECK(cudaMemcpyAsync(dst, src, region_elements() * sizeof(F), cudaMemcpyDeviceToDevice, stream()));
 }
 
 template class GpuTpChunk<float>;

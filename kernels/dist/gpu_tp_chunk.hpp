@@ -1,16 +1,20 @@
-// Stage 06 on the GPU: this rank's tensor-parallel shard of the whole GPT, computing on the
-// device (dist/device_tp_shard.hpp holds it, with the host's buffers and optimizer). The twin of
-// dist/tp_model.hpp without sequence parallelism:
+// Stage 06 on the GPU: this rank's tensor-parallel shard of the GPT (or of a pipeline stage's
+// slice of it: tp x pp), computing on the device; dist/device_tp_shard.hpp holds it, with the
+// host's buffers and optimizer. The twin of dist/tp_model.hpp without sequence parallelism:
 //
 //   tokens -> vocab-parallel embedding: this rank's rows, zeros elsewhere -> all-reduce -> + wpe
-//          -> L tensor-parallel blocks (kernels/dist/gpu_tp_block.hpp)
+//          -> the slice's tensor-parallel blocks (kernels/dist/gpu_tp_block.hpp)
 //          -> ln_f -> LM head over this rank's vocabulary rows (N, V_real)
 //          -> vocab-parallel cross-entropy: all-reduces of the row maxima, target logits and
 //             sums of exponentials (N numbers each)
 //
+// A slice without the embeddings starts from the previous stage's (N, C) rows, one without the
+// head ends at its blocks' output; those cross between stages through the host (host_boundary.hpp),
+// each tp rank to the same tp rank of the next stage, as on the CPU.
+//
 // Collectives per forward + backward, all-reduces over the device communicator, in F for the
-// activations and fp32 for the cross-entropy's numbers: 1 + 2L of N C forward, 2L + 1 (ln_f's
-// input gradient) backward, 3 of N: the CPU's ledger, entry for entry.
+// activations and fp32 for the cross-entropy's numbers: for the whole model 1 + 2L of N C
+// forward, 2L + 1 (ln_f's input gradient) backward, 3 of N: the CPU's ledger, entry for entry.
 //
 // The LM head. The logits are (N, V_real) with rows ld = V_real rounded up to 128 apart (the
 // whole model's alignment, kernels/model/gpu_gpt.hpp), where V_real = VocabRange::real(): the
@@ -20,10 +24,12 @@
 //
 // Parameters and gradients are device buffers laid out as the host shard's (TpLayout::layout());
 // load_params and store_grads copy them whole. Checkpointing (every policy) goes through the
-// shared block walk; a recomputed block forward communicates again, as on the CPU.
-// Not here (refused before a chunk is built): sequence parallelism, tp x pp, zb-h1.
+// shared block walk; a recomputed block forward communicates again, as on the CPU. Micro-batches
+// in flight (a pipeline's) keep their saved activations aside by key, as GpuGPT's do.
+// Not here (refused before a chunk is built): sequence parallelism, zb-h1.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -37,6 +43,7 @@
 #include "kernels/core/dtype.hpp"
 #include "kernels/dist/gpu_tp_block.hpp"
 #include "kernels/dist/gpu_zero_model.hpp"
+#include "kernels/dist/host_boundary.hpp"
 #include "kernels/model/gpu_gpt.hpp"
 #include "model/block_walk.hpp"
 #include "model/checkpoint_policy.hpp"
@@ -48,44 +55,44 @@ class GpuTpChunk final : public DeviceTpChunk, private BlockRunner {
  public:
   static constexpr bool kMixed = !std::is_same_v<F, float>;
 
-  // Rank tp.rank() of tp.size(); make_comm turns tp into the device communicator of its
-  // collectives, ordered after this chunk's stream. The host copy in `storage`.
+  // Rank tp.rank() of tp.size() of storage.slice; make_comm turns tp into the device
+  // communicator of its collectives, ordered after this chunk's stream. The host copy in `storage`.
   GpuTpChunk(const GPTConfig& config, const DeviceChunkStorage& storage, Communicator& tp,
              const DeviceCommFactory& make_comm, MemoryTracker* device);
 
   TpGroup& group() override { return tp_; }
   const TpLayout& shard() const { return shard_; }
-  const ModelSlice& slice() const override { return slice_; }
+  const ModelSlice& slice() const override { return shard_.slice(); }
   const ParamLayout& layout() const override { return shard_.layout(); }
   std::size_t num_params() const override { return shard_.layout().num_params(); }
   cudaStream_t stream() const { return stream_.get(); }
   // V_real rounded up to 128: the logits' row stride.
   int logits_stride() const { return gpu_padded_vocab(shard_.vocab().real()); }
 
-  // The whole model: from tokens (host) to the mean loss of targets (host), the same on every
-  // rank of the group.
+  // From tokens (host, with the embeddings) or the previous stage's rows (host, fp32 holding F
+  // values); with the head the mean loss of targets (host), the same on every rank of the group.
   float forward_slice(const int* tokens, const float* input, const int* targets, int B, int T) override;
-  // Accumulates this rank's gradients of loss_scale * loss on the device; returns once they are
-  // final (store_grads reads them).
+  // Accumulates this rank's gradients of loss_scale * loss (with the head) or of the next stage's
+  // doutput (host) on the device; returns once they are final (store_grads reads them).
   void backward_slice(const float* doutput, float loss_scale) override;
   std::size_t boundary_elements(int B, int T) const override {
     return static_cast<std::size_t>(B) * T * shard_.config().channels;
   }
   DataType boundary_type() const override { return DType<F>::comm_type; }
-  const float* output() const override { return nullptr; }      // the whole model ends in the loss
-  const float* input_grad() const override { return nullptr; }  // and starts from tokens
-  // A pipeline's part: refused with a ConfigError (tp x pp runs on the CPU in this build).
+  const float* output() const override { return slice().head ? nullptr : output_.data(); }
+  const float* input_grad() const override { return slice().embeddings ? nullptr : input_grad_.data(); }
+  // ZB-H1's split backward has no GPU kernels: refused (PipelineStrategy refuses zb-h1 first).
   void backward_input(const float* doutput, float loss_scale) override;
   void backward_weight() override;
   void stash_activations(int key) override;
   void restore_activations(int key) override;
   void release_activations() override;
-  std::size_t stashed_count() const override { return 0; }
+  std::size_t stashed_count() const override { return stash_.size(); }
 
   void set_checkpoint_policy(const CheckpointPolicy& policy) override;
   // naive or flash on this rank's heads (chunked has no GPU kernel: refused).
   void set_attention(AttentionKind kind) override;
-  // GPT-2's initialisation of the whole model, this rank's part of it, into the device copy.
+  // GPT-2's initialisation of the whole model, this rank's part of its slice, into the device copy.
   void init_weights(std::uint64_t seed) override;
   std::size_t block_forward_count() const override { return block_forwards_; }
 
@@ -97,26 +104,48 @@ class GpuTpChunk final : public DeviceTpChunk, private BlockRunner {
   std::vector<float> grads_to_host() const;
 
  private:
+  // One forward's saved activations (values in F, statistics in fp32) with its localised tokens
+  // and targets: what a micro-batch in flight keeps until its backward.
+  struct Saved {
+    DeviceBuffer<F> values;
+    DeviceBuffer<float> stats;
+    DeviceBuffer<int> tokens, targets;  // (N) ids as this rank's rows, -1 for another rank's
+    GpuTpDims dims;
+    CheckpointPolicy policy;
+    F* encoded = nullptr;        // (N, C) the embeddings' output, or the previous stage's rows
+    std::vector<F*> boundaries;  // segment inputs; [0] = encoded
+    std::vector<GpuBlockActs<F>> blocks;
+    F* final_input = nullptr;   // (N, C) the blocks' output: ln_f's input, or the next stage's
+    F* lnf = nullptr;           // (N, C)  with the head
+    float* lnf_mean = nullptr;  // (N)
+    float* lnf_rstd = nullptr;  // (N)
+    F* probs = nullptr;         // (N, V_real), rows logits_stride() apart
+    float* losses = nullptr;    // (N)
+    bool probs_hold_dlogits = false;
+  };
+
   void ensure_buffers(int B, int T);
   template <typename Values, typename Stats>
-  void carve_activations(Values& p, Stats& q);
+  void carve_activations(Values& p, Stats& q, Saved& s);
   // Token ids as this rank's rows (-1: another rank's), uploaded into `out`.
   void localise(const int* ids, DeviceBuffer<int>& out);
   void label(const std::string& where) { tp_.where = where; }
+  void head_forward();
+  void head_backward(float loss_scale);
   // BlockRunner (model/block_walk.hpp), as GpuGPT's.
-  int num_blocks() const override { return slice_.num_layers; }
+  int num_blocks() const override { return slice().num_layers; }
   void forward_block(int l, int slot, ActPlace x) override;
   void backward_block(int l, int slot, ActPlace x) override;
   void keep_boundary(int s, ActPlace x) override;
   void store_output(ActPlace x) override;
   void recompute_attention(int l, int slot) override;
   F* place(ActPlace x) const {
-    return x.kind == ActPlace::Kind::kBoundary ? boundaries_[x.index] : blocks_[x.index].residual3;
+    return x.kind == ActPlace::Kind::kBoundary ? acts_.boundaries[x.index] : acts_.blocks[x.index].residual3;
   }
   void copy_activation(F* dst, const F* src);
+  std::size_t region_elements() const { return static_cast<std::size_t>(acts_.dims.N()) * acts_.dims.C; }
 
   TpLayout shard_;
-  ModelSlice slice_;
   DeviceChunkStorage host_;
   MemoryTracker* device_;
   Stream stream_;
@@ -125,28 +154,15 @@ class GpuTpChunk final : public DeviceTpChunk, private BlockRunner {
   ParamView<F> w_, g_;
   std::unique_ptr<Communicator> comm_;  // the device communicator of the group
   TpGroup tp_;
+  HostBoundary<F> boundary_io_;  // the pipeline's messages between host and device
   CheckpointPolicy policy_;
   AttentionKind attention_ = AttentionKind::kNaive;
-  GpuTpDims dims_;
-  CheckpointPolicy acts_policy_;
-  bool have_acts_ = false;
-  bool probs_hold_dlogits_ = false;
   std::size_t block_forwards_ = 0;
 
-  // The saved activations (act_buffer_ in F, stat_buffer_ in fp32).
-  DeviceBuffer<F> act_buffer_;
-  DeviceBuffer<float> stat_buffer_;
-  F* encoded_ = nullptr;        // (N, C)
-  std::vector<F*> boundaries_;  // segment inputs; [0] = encoded_
-  std::vector<GpuBlockActs<F>> blocks_;
-  F* final_input_ = nullptr;   // (N, C) ln_f's input
-  F* lnf_ = nullptr;           // (N, C)
-  float* lnf_mean_ = nullptr;  // (N)
-  float* lnf_rstd_ = nullptr;  // (N)
-  F* probs_ = nullptr;         // (N, V_real), rows logits_stride() apart
-  float* losses_ = nullptr;    // (N)
-  // Workspace.
-  DeviceBuffer<int> tokens_, targets_;  // (N) localised ids
+  Saved acts_;                  // the last forward's (values empty: none, or stashed)
+  std::map<int, Saved> stash_;  // micro-batches in flight, by key
+  // Workspace, sized for scratch_dims_.
+  GpuTpDims scratch_dims_;
   DeviceBuffer<F> scratch_buffer_;
   GpuBlockScratch<F> scratch_{};
   F* dres_ = nullptr;               // (N, C)
@@ -155,6 +171,8 @@ class GpuTpChunk final : public DeviceTpChunk, private BlockRunner {
   DeviceBuffer<float> ln_scratch_;  // the LayerNorm backward's partial sums
   DeviceBuffer<float> loss_;        // (1)
   std::vector<int> local_ids_;      // host staging of localise()
+  std::vector<float> output_;       // (N, C) the last forward's output, fp32 on the host (no head)
+  std::vector<float> input_grad_;   // (N, C) the last backward's input gradient, fp32 on the host
 };
 
 // The DeviceTpChunkFactory's work for scalelab train --tp T --device cuda: fp32, bf16 or fp16.

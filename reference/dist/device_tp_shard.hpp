@@ -23,6 +23,7 @@
 
 #include "dist/device_chunk.hpp"
 #include "dist/tp_shard_model.hpp"
+#include "train/train_options.hpp"
 
 namespace scalelab {
 
@@ -40,12 +41,18 @@ using DeviceTpChunkFactory = std::function<std::unique_ptr<DeviceTpChunk>(
     const GPTConfig& config, const std::string& precision, const DeviceChunkStorage& storage, Communicator& tp,
     MemoryTracker* device)>;
 
+// The checks of --tp on a device (nothing for --device cpu), raised alike on every rank: the
+// program must give the strategy GPU shards (device_chunks), and --sequence-parallel is refused.
+void check_tp_on_device(const TrainOptions& options, bool device_chunks);
+
 class DeviceTpShardModel final : public TpShardModel {
  public:
   // host: the shard as the CPU builds it (its flat buffers, the optimizer's); the chunk from
-  // make_chunk over host's buffers and the host communicator tp.
+  // make_chunk over host's buffers (storage, with its slice) and the host communicator tp, its
+  // memory counted in `device` (the owner's tracker of the GPU's bytes; it must outlive this).
   DeviceTpShardModel(std::unique_ptr<TpShardModel> host, const DeviceChunkStorage& storage,
-                     const DeviceTpChunkFactory& make_chunk, const std::string& precision, Communicator& tp);
+                     const DeviceTpChunkFactory& make_chunk, const std::string& precision, Communicator& tp,
+                     MemoryTracker* device);
 
   // Compute: the device chunk's.
   double forward(const int* tokens, const int* targets, int B, int T) override;
@@ -58,10 +65,10 @@ class DeviceTpShardModel final : public TpShardModel {
   void set_checkpoint_policy(const CheckpointPolicy& policy) override { chunk_->set_checkpoint_policy(policy); }
   void set_attention(AttentionKind kind) override { chunk_->set_attention(kind); }
   std::size_t block_forward_count() const override { return chunk_->block_forward_count(); }
-  const MemoryTracker* device_memory() const override { return &device_; }
+  const MemoryTracker* device_memory() const override { return device_; }
   const DeviceTpChunk& chunk() const { return *chunk_; }
 
-  // As a pipeline chunk (tp x pp is refused on a device before one is built): the device chunk's.
+  // As a pipeline chunk (tp x pp, dist/pipeline_stage_model.hpp): the device chunk's.
   std::size_t boundary_elements(int B, int T) const override { return chunk_->boundary_elements(B, T); }
   DataType boundary_type() const override { return chunk_->boundary_type(); }
   float forward_slice(const int* tokens, const float* input, const int* targets, int B, int T) override {
@@ -97,7 +104,7 @@ class DeviceTpShardModel final : public TpShardModel {
   std::string precision_name() const override { return host_->precision_name(); }
 
  private:
-  MemoryTracker device_;  // declared before chunk_, which counts into it
+  MemoryTracker* device_;
   std::unique_ptr<TpShardModel> host_;
   std::unique_ptr<DeviceTpChunk> chunk_;
 };

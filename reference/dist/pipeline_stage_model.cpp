@@ -81,8 +81,9 @@ PipelineStageModel::PipelineStageModel(const GPTConfig& config, const PipelineSh
     grads_ = Buffer<float>(n, MemCategory::kGrads, tracker);
   }
   if (device) {
-    require(!tp.comm, "tp", "--tp with --pp on --device cuda: tensor-parallel stages run on the CPU in this build",
-            "use --device cpu for tp x pp, or --tp 1 on the GPU");
+    require(!tp.comm || tp.device, "tp",
+            "--tp with --pp on --device cuda: this program gave the stages no GPU tensor-parallel shards",
+            "run scalelab train (built with CUDA), or use --device cpu");
     device_memory_ = std::make_unique<MemoryTracker>();
   }
   std::size_t offset = 0;
@@ -101,26 +102,32 @@ PipelineStageModel::PipelineStageModel(const GPTConfig& config, const PipelineSh
       storage.master_end = held_end - offset;
       storage.master_data = master_.data() + (held_begin - master_begin);
     }
-    if (device) {  // the same range of the flat buffers, as the device chunk's host copy
-      DeviceChunkStorage host;
-      host.slice = slice;
-      if (mixed()) {
-        host.mixed = storage;
-      } else {
-        host.params = params_.data() + offset;
-        host.grads = grads_.data() + offset;
-      }
+    // On a device: the same range of the flat buffers, as the device chunk's host copy.
+    DeviceChunkStorage host;
+    host.slice = slice;
+    if (mixed()) {
+      host.mixed = storage;
+    } else {
+      host.params = params_.data() + offset;
+      host.grads = grads_.data() + offset;
+    }
+    std::unique_ptr<TpShardModel> tp_shard;  // tp x pp: the CPU's split of the slice
+    if (tp.comm && mixed())
+      tp_shard = std::make_unique<MixedTensorParallelModel>(config, *tp.comm, tp.sequence_parallel, *half_, tracker,
+                                                            storage);
+    else if (tp.comm)
+      tp_shard = std::make_unique<TensorParallelModel>(config, slice, *tp.comm, tp.sequence_parallel, tracker,
+                                                       params_.data() + offset, grads_.data() + offset);
+    if (tp_shard && device) {  // computing on the GPU, the CPU tp_shard keeping the host side
+      chunks_.push_back(std::make_unique<DeviceTpShardModel>(std::move(tp_shard), host, tp.device, precision, *tp.comm,
+                                                             device_memory_.get()));
+    } else if (tp_shard) {
+      chunks_.push_back(std::move(tp_shard));
+    } else if (device) {
       chunks_.push_back(device(config, precision, host, device_memory_.get()));
     } else if (mixed()) {
-      if (tp.comm)
-        chunks_.push_back(std::make_unique<MixedTensorParallelModel>(config, *tp.comm, tp.sequence_parallel, *half_,
-                                                                     tracker, storage));
-      else
-        chunks_.push_back(
-            std::make_unique<MixedChunk>(std::make_unique<MixedPrecisionModel>(config, *half_, tracker, storage)));
-    } else if (tp.comm) {
-      chunks_.push_back(std::make_unique<TensorParallelModel>(config, slice, *tp.comm, tp.sequence_parallel, tracker,
-                                                              params_.data() + offset, grads_.data() + offset));
+      chunks_.push_back(
+          std::make_unique<MixedChunk>(std::make_unique<MixedPrecisionModel>(config, *half_, tracker, storage)));
     } else {
       chunks_.push_back(std::make_unique<GptChunk>(
           std::make_unique<GPT>(config, tracker, slice, params_.data() + offset, grads_.data() + offset)));

@@ -24,6 +24,8 @@
 // summed and the data-parallel collectives run, as ZeRO-Offload keeps its optimizer: the stage
 // loads its parameters into the device before each step (load_params) and stores the step's
 // gradients back after it (store_grads). The device's bytes are counted in device_memory().
+// With tensor parallelism on a GPU each chunk is the CPU's tensor-parallel split of its slice on
+// the flat buffers (as above), computing through its GPU half (dist/device_tp_shard.hpp).
 #pragma once
 
 #include <functional>
@@ -34,6 +36,7 @@
 
 #include "comm/communicator.hpp"
 #include "dist/device_chunk.hpp"
+#include "dist/device_tp_shard.hpp"
 #include "dist/norm_share.hpp"
 #include "dist/tp_layout.hpp"
 #include "model/gpt.hpp"
@@ -59,6 +62,9 @@ struct MasterShard {
 struct StageTensorParallel {
   Communicator* comm = nullptr;  // null: no tensor parallelism
   bool sequence_parallel = false;
+  // On a GPU (with the stage's DeviceChunkFactory): each chunk's GPU half; the chunk is then a
+  // DeviceTpShardModel around the CPU shard on the stage's flat buffers.
+  DeviceTpChunkFactory device;
 };
 
 class PipelineStageModel final : public TrainModel {

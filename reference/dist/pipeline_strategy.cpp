@@ -19,16 +19,13 @@ namespace scalelab {
 namespace {
 
 // What this build's pipeline cannot do yet: one clear refusal each, raised on every rank.
-void refuse_unsupported(const TrainOptions& o, bool device_chunks) {
+void refuse_unsupported(const TrainOptions& o, bool device_chunks, bool tp_chunks) {
   const std::string pp = "--pp " + std::to_string(o.parallel.pp);
   if (o.device != "cpu") {
     require(device_chunks, "device",
             pp + " with --device " + o.device + ": this program gave the pipeline no GPU model chunks",
             "run scalelab train (built with CUDA), or use --device cpu");
-    require(o.parallel.tp == 1, "tp",
-            pp + " with --tp " + std::to_string(o.parallel.tp) + " on --device " + o.device +
-                ": tensor-parallel stages run on the CPU in this build",
-            "use --device cpu for tp x pp, or --tp 1 on the GPU");
+    if (o.parallel.tp > 1) check_tp_on_device(o, tp_chunks);  // tp x pp: the stages' GPU shards
     require(o.parallel.schedule != "zb-h1", "schedule",
             "--schedule zb-h1 on --device " + o.device + ": the GPU model has no split backward in this build",
             "use --schedule 1f1b (or afab, interleaved:V) on the GPU, or --device cpu for zb-h1");
@@ -70,13 +67,15 @@ void add_peer_copy(Communicator& pp, TrainModel::GradBuffer mine, std::size_t n,
 
 }  // namespace
 
-PipelineStrategy::PipelineStrategy(Communicator& world, const TrainOptions& o, DeviceChunkFactory device_chunks)
+PipelineStrategy::PipelineStrategy(Communicator& world, const TrainOptions& o, DeviceChunkFactory device_chunks,
+                                   DeviceTpChunkFactory tp_chunks)
     : world_(world),
       shape_(parse_pipeline_schedule(o.parallel.schedule, o.parallel.pp, o.micro_batches())),
       zero_stage_(o.parallel.zero),
       sequence_parallel_(o.parallel.sequence_parallel),
-      device_chunks_(o.device == "cpu" ? DeviceChunkFactory{} : std::move(device_chunks)) {
-  refuse_unsupported(o, static_cast<bool>(device_chunks_));
+      device_chunks_(o.device == "cpu" ? DeviceChunkFactory{} : std::move(device_chunks)),
+      tp_chunks_(o.device == "cpu" ? DeviceTpChunkFactory{} : std::move(tp_chunks)) {
+  refuse_unsupported(o, static_cast<bool>(device_chunks_), static_cast<bool>(tp_chunks_));
   grid_ = std::make_unique<ProcessGrid>(world,
                                         GridShape{o.parallel.pp, o.data_parallel_size(world.size()), o.parallel.tp});
   schedule_ = build_schedule(shape_, grid_->coord().pp);
@@ -111,7 +110,7 @@ std::string PipelineStrategy::describe() const {
 
 std::unique_ptr<TrainModel> PipelineStrategy::make_model(const GPTConfig& config, const std::string& precision,
                                                          MemoryTracker* tracker, const TrainModelFactory& /*whole*/) {
-  const StageTensorParallel tp{grid_->shape().tp > 1 ? &grid_->tp() : nullptr, sequence_parallel_};
+  const StageTensorParallel tp{grid_->shape().tp > 1 ? &grid_->tp() : nullptr, sequence_parallel_, tp_chunks_};
   // Under ZeRO-1 in mixed precision the stage keeps only its replica's shard of the master weights.
   const bool mixed = precision != "fp32";
   const MasterShard master = zero_stage_ > 0 && mixed ? MasterShard{grid_->dp().rank(), grid_->dp().size()}

@@ -49,9 +49,11 @@ struct PipelineBubble {
 class PipelineStrategy final : public ParallelStrategy {
  public:
   // Collective over world: makes the [pp][dp] grid. Throws ConfigError (the same on every rank)
-  // for settings a pipeline does not support (zb-h1 with checkpointing; on a GPU: tensor
-  // parallelism, zb-h1, --backend nccl, or no device_chunks to compute with).
-  PipelineStrategy(Communicator& world, const TrainOptions& options, DeviceChunkFactory device_chunks = {});
+  // for settings a pipeline does not support (zb-h1 with checkpointing; on a GPU: zb-h1,
+  // --backend nccl, no device_chunks to compute with, and with --tp sequence parallelism or no
+  // tp_chunks: a tp x pp stage's chunks are GPU tensor-parallel shards, dist/device_tp_shard.hpp).
+  PipelineStrategy(Communicator& world, const TrainOptions& options, DeviceChunkFactory device_chunks = {},
+                   DeviceTpChunkFactory tp_chunks = {});
   ~PipelineStrategy() override;
 
   std::string describe() const override;
@@ -104,6 +106,7 @@ class PipelineStrategy final : public ParallelStrategy {
   int zero_stage_ = 0;
   bool sequence_parallel_ = false;
   DeviceChunkFactory device_chunks_;           // --device cuda: the GPU's chunks
+  DeviceTpChunkFactory tp_chunks_;             // --device cuda with --tp: the GPU's tensor-parallel chunks
   std::unique_ptr<Communicator> model_group_;  // tp > 1: this replica's (pp, tp) ranks
   IndexRanges counted_elsewhere_;              // the stage's (PipelineStageModel::counted_elsewhere), for the norm
   std::unique_ptr<PipelineExecutor> executor_;

@@ -16,19 +16,11 @@ namespace {
 
 // What this build's tensor parallelism cannot do yet: one clear refusal each, on every rank.
 void refuse_unsupported(const TrainOptions& o, bool device_chunks) {
-  const std::string tp = "--tp " + std::to_string(o.parallel.tp);
   require(o.parallel.pp == 1, "pp",
-          tp + " with --pp " + std::to_string(o.parallel.pp) +
-              ": tensor parallelism inside a pipeline stage is not built yet",
-          "use --pp 1 with --tp");
-  if (o.device == "cpu") return;
-  require(device_chunks, "device", tp + " with --device " + o.device + ": this program gave it no GPU shards",
-          "run scalelab train (built with CUDA), or use --device cpu");
-  require(!o.parallel.sequence_parallel, "sequence-parallel",
-          "--sequence-parallel on --device " + o.device +
-              ": the GPU's tensor-parallel blocks keep all N rows in this build (no all-gather/reduce-scatter "
-              "kernels yet)",
-          "drop --sequence-parallel on the GPU, or use --device cpu for it");
+          "--tp " + std::to_string(o.parallel.tp) + " with --pp " + std::to_string(o.parallel.pp) +
+              ": a pipeline's stages are PipelineStrategy's to split (the strategy factory picks it)",
+          "build the strategy with make_strategy_factory");
+  check_tp_on_device(o, device_chunks);
 }
 
 std::uint64_t bytes_of(const CommStats& now, const CommStats& before) {
@@ -79,7 +71,8 @@ std::unique_ptr<TpShardModel> TensorParallelStrategy::on_device(std::unique_ptr<
                                                                 const DeviceChunkStorage& storage,
                                                                 const std::string& precision) {
   if (!device_chunks_) return shard;
-  return std::make_unique<DeviceTpShardModel>(std::move(shard), storage, device_chunks_, precision, grid_->tp());
+  return std::make_unique<DeviceTpShardModel>(std::move(shard), storage, device_chunks_, precision, grid_->tp(),
+                                              &device_memory_);
 }
 
 std::unique_ptr<TrainModel> TensorParallelStrategy::make_model(const GPTConfig& config, const std::string& precision,

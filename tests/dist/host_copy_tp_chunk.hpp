@@ -21,14 +21,16 @@ class HostCopyTpChunk final : public ForwardingChunk<scalelab::DeviceTpChunk, sc
  public:
   HostCopyTpChunk(const scalelab::GPTConfig& config, const std::string& precision,
                   const scalelab::DeviceChunkStorage& host, scalelab::Communicator& tp, scalelab::MemoryTracker* device)
-      : copy_(host, precision, scalelab::TpLayout(config, tp.size(), tp.rank()).layout().num_params(), device) {
+      : copy_(host, precision, scalelab::TpLayout(config, host.slice, tp.size(), tp.rank()).layout().num_params(),
+              device) {
     using namespace scalelab;
     if (!copy_.mixed()) {
-      inner_ = std::make_unique<TensorParallelModel>(config, ModelSlice{}, tp, false, device, copy_.params.data(),
+      inner_ = std::make_unique<TensorParallelModel>(config, host.slice, tp, false, device, copy_.params.data(),
                                                      copy_.grads.data());
       return;
     }
-    inner_ = std::make_unique<MixedTensorParallelModel>(config, tp, false, *copy_.half, device, copy_.mixed_storage());
+    inner_ = std::make_unique<MixedTensorParallelModel>(config, tp, false, *copy_.half, device,
+                                                        copy_.mixed_storage(host.slice));
   }
   static scalelab::DeviceTpChunkFactory factory() {
     return [](const scalelab::GPTConfig& c, const std::string& precision, const scalelab::DeviceChunkStorage& s,

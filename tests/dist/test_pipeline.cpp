@@ -450,7 +450,7 @@ TEST_CASE("what the GPU pipeline does not do is refused by name, before any GPU 
   const std::vector<Case> cases = {
       {"no GPU chunks given", false, 1, "1f1b", "auto", "gave the pipeline no GPU model chunks"},
       {"zb-h1", true, 1, "zb-h1", "auto", "--schedule zb-h1 on --device cuda"},
-      {"tp x pp", true, 2, "1f1b", "auto", "tensor-parallel stages run on the CPU"},
+      {"tp x pp without GPU shards", true, 2, "1f1b", "auto", "gave it no GPU shards"},
       {"nccl", true, 1, "1f1b", "nccl", "travel through host memory over MPI"},
   };
   for (const Case& c : cases) {

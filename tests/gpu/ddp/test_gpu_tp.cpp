@@ -3,6 +3,8 @@
 // staged through host memory (NCCL needs one GPU per rank).
 //   [gpu_tp_equal]   against stage 01 on the CPU: the loss, every gradient gathered back into the
 //                    whole tensors, the ledger's count, a second step after the host's AdamW
+//   [gpu_tp_pp]      tp 2 x pp 2 on 4 ranks (test_gpu_ddp_mpi_np4) through the trainer against
+//                    stage 01 on the CPU
 //   [gpu_tp_memory]  the device's bytes: the shard's parameters and gradients, and its saved
 //                    activations by this file's own count of the tensors a rank keeps
 //
@@ -18,9 +20,13 @@
 
 #include "batch.hpp"
 #include "compare.hpp"
+#include "ddp_fixtures.hpp"
+#include "kernels/dist/gpu_pipeline_chunk.hpp"
 #include "kernels/dist/gpu_tp_chunk.hpp"
 #include "kernels/dist/host_staging_communicator.hpp"
+#include "parallel/strategy_factory.hpp"
 #include "tp_harness.hpp"
+#include "train/trainer.hpp"
 #include "world.hpp"
 
 using namespace scalelab;
@@ -102,4 +108,43 @@ TEST_CASE("the GPU tensor-parallel shard's device memory: its tensors and its sa
   const std::size_t per_block = 4 * N * C + 3 * N * Cl + N * Cl + 8 * N * Cl + NHl * N * kT + 4 * N;
   const std::size_t want = kTpShape.L * per_block + N * C + N * C + 2 * N + N * ld + N;
   CHECK(device->peak(MemCategory::kActivations) == want * sizeof(float));
+}
+
+TEST_CASE("tp x pp on the GPU: tensor-parallel pipeline stages train as stage 01 on the CPU", "[gpu_tp_pp]") {
+  // 4 ranks sharing the GPU (test_gpu_ddp_mpi_np4): tp 2 x pp 2, each stage's chunk a GPU shard
+  // of its slice, against the same run on one CPU process (stage 01, the same micro-batches):
+  // the loss of 3 steps within 1e-4 relative (fp32; cuBLAS's and the reductions' orders, compounded
+  // over 3 AdamW steps).
+  Communicator& world = test_world();
+  if (world.size() != 4) return;
+  TrainOptions o;
+  o.config = "tiny";
+  o.shape.num_layers = 4;
+  o.batch = 8;
+  o.steps = 3;
+  o.seed = 77;
+  o.data = tiny_token_shard(world, "scalelab_gpu_tp_pp.bin");
+  o.parallel.tp = 2;
+  o.parallel.pp = 2;
+  o.parallel.micro_batches = 4;
+  TrainOptions single = o;
+  single.parallel = ParallelOptions{};
+  single.grad_accum = o.micro_batches();
+  TrainOptions gpu = o;
+  gpu.device = "cuda";
+  DeviceFactories device;
+  device.pipeline_chunks = cuda::make_gpu_pipeline_chunk;
+  device.tp_chunks = gpu_chunks();
+  const TrainModelFactory unused = [](const GPTConfig&, const std::string&,
+                                      MemoryTracker*) -> std::unique_ptr<TrainModel> {
+    throw Error("the pipeline builds its own stage");
+  };
+  MemoryTracker t1, t2;
+  Trainer want(single, &t1);
+  Trainer got(gpu, &t2, unused, make_strategy_factory(&world, device));
+  for (int s = 0; s < o.steps; ++s) {
+    const double a = want.step().loss, b = got.step().loss;
+    INFO(where(world) << ", step " << s << ": loss " << b << " on the GPU, " << a << " on the CPU");
+    CHECK(std::fabs(b - a) <= 1e-4 * std::fabs(a));
+  }
 }
