@@ -142,10 +142,12 @@ DeviceChunkFactory pipeline_chunk_factory(const std::string& device) {
 DeviceTpChunkFactory tp_chunk_factory(const std::string& device, bool nccl, double timeout_seconds) {
   if (device != "cuda") return {};
 #ifdef SCALELAB_HAVE_CUDA
-  return [nccl, timeout_seconds](const GPTConfig& config, const std::string& precision,
-                                 const DeviceChunkStorage& storage, Communicator& tp, MemoryTracker* tracker) {
-    return cuda::make_gpu_tp_chunk(config, precision, storage, tp, device_comm_factory(nccl, timeout_seconds), tracker);
-  };
+  return
+      [nccl, timeout_seconds](const GPTConfig& config, const std::string& precision, const DeviceChunkStorage& storage,
+                              Communicator& tp, bool sequence_parallel, MemoryTracker* tracker) {
+        return cuda::make_gpu_tp_chunk(config, precision, storage, tp, sequence_parallel,
+                                       device_comm_factory(nccl, timeout_seconds), tracker);
+      };
 #else
   (void)nccl, (void)timeout_seconds;
   require_cuda();  // throws: no GPU models in this build

@@ -21,7 +21,7 @@ namespace scalelab::cuda {
 
 template <typename F>
 GpuTpChunk<F>::GpuTpChunk(const GPTConfig& config, const DeviceChunkStorage& storage, Communicator& tp,
-                          const DeviceCommFactory& make_comm, MemoryTracker* device)
+                          bool sequence_parallel, const DeviceCommFactory& make_comm, MemoryTracker* device)
     : shard_(config, storage.slice.resolved(config), tp.size(), tp.rank()),
       host_(storage),
       device_(device),
@@ -39,6 +39,7 @@ GpuTpChunk<F>::GpuTpChunk(const GPTConfig& config, const DeviceChunkStorage& sto
   device_chunk_host_params(host_, kMixed);  // checks that the host copy is there
   device_chunk_host_grads(host_, kMixed);
   tp_.comm = comm_.get();
+  tp_.sequence_parallel = sequence_parallel;
   tp_.half = half_format_of<F>();
   tp_.tracker = device;
   scratch_.ln_partials = ln_scratch_.data();
@@ -61,11 +62,11 @@ template <typename Values, typename Stats>
 void GpuTpChunk<F>::carve_activations(Values& p, Stats& q, Saved& s) {
   using Kind = CheckpointPolicy::Kind;
   const int L = slice().num_layers;
-  const std::size_t N = static_cast<std::size_t>(s.dims.N()), NC = N * s.dims.C;
-  s.encoded = p.take(NC);
+  const std::size_t N = s.dims.N(), Nl = s.dims.rows(), NC = N * s.dims.C, NlC = Nl * s.dims.C;
+  s.encoded = p.take(NlC);
   s.boundaries.assign(1, s.encoded);
-  for (int seg = 1; seg < segment_count(s.policy, L); ++seg) s.boundaries.push_back(p.take(NC));
-  if (has_segments(s.policy)) s.final_input = p.take(NC);
+  for (int seg = 1; seg < segment_count(s.policy, L); ++seg) s.boundaries.push_back(p.take(NlC));
+  if (has_segments(s.policy)) s.final_input = p.take(NlC);
   const bool own_att = s.policy.kind != Kind::kSelective;
   s.blocks.assign(static_cast<std::size_t>(activation_slots(s.policy, L)), GpuBlockActs<F>{});
   for (auto& b : s.blocks) carve_gpu_tp_block_acts(b, p, q, s.dims, own_att);
@@ -76,17 +77,18 @@ void GpuTpChunk<F>::carve_activations(Values& p, Stats& q, Saved& s) {
   if (!has_segments(s.policy)) s.final_input = s.blocks.back().residual3;
   if (!slice().head) return;
   s.lnf = p.take(NC);
-  s.lnf_mean = q.take(N);
-  s.lnf_rstd = q.take(N);
+  s.lnf_mean = q.take(Nl);
+  s.lnf_rstd = q.take(Nl);
   s.probs = p.take(N * static_cast<std::size_t>(logits_stride()));
   s.losses = q.take(N);
 }
 
 template <typename F>
 void GpuTpChunk<F>::ensure_buffers(int B, int T) {
-  const GpuTpDims dims{B, T, shard_.config().channels, shard_.config().num_heads, shard_.size(), attention_};
-  const std::size_t N = static_cast<std::size_t>(B) * T, NC = N * dims.C;
-  const auto same = [](const GpuTpDims& a, const GpuTpDims& b) {
+  // Under sequence parallelism the N = B T rows must split over the group (a ConfigError otherwise).
+  const TpDims dims = tp_dims(tp_, shard_.config(), B, T, attention_);
+  const std::size_t N = dims.N(), NlC = dims.rows() * dims.C;
+  const auto same = [](const TpDims& a, const TpDims& b) {
     return a.B == b.B && a.T == b.T && a.attention == b.attention;
   };
   const bool same_policy = acts_.policy.kind == policy_.kind && acts_.policy.every == policy_.every;
@@ -112,11 +114,12 @@ void GpuTpChunk<F>::ensure_buffers(int B, int T) {
   if (scratch_buffer_.size() > 0 && same(scratch_dims_, dims)) return;
   scratch_dims_ = dims;
   scratch_buffer_ = DeviceBuffer<F>();
-  scratch_buffer_ = DeviceBuffer<F>(gpu_tp_block_scratch_elements(dims) + 2 * NC, MemCategory::kWorkspace, device_);
+  Counter<F> sized;
+  carve_gpu_tp_block_scratch(scratch_, sized, dims);
+  scratch_buffer_ = DeviceBuffer<F>(sized.used + NlC, MemCategory::kWorkspace, device_);
   Carver<F> s(scratch_buffer_.data(), scratch_buffer_.size());
   carve_gpu_tp_block_scratch(scratch_, s, dims);
-  dres_ = s.take(NC);
-  dlnf_ = s.take(NC);
+  dres_ = s.take(NlC);
   SCALELAB_CHECK(s.used_all(), "tensor-parallel GPU scratch layout does not add up");
   ce_ = DeviceBuffer<float>();
   ce_ = DeviceBuffer<float>(slice().head ? 3 * N : 0, MemCategory::kWorkspace, device_);
@@ -142,13 +145,17 @@ float GpuTpChunk<F>::forward_slice(const int* tokens, const float* input, const 
   check_batch(shard_.config(), slice().embeddings ? tokens : nullptr, slice().head ? targets : nullptr, B, T);
   ensure_buffers(B, T);
   acts_.probs_hold_dlogits = false;
-  const int C = acts_.dims.C;
+  const TpDims& d = acts_.dims;
   if (slice().embeddings) {
     localise(tokens, acts_.tokens);
     label("embedding");
-    vocab_embedding_forward(acts_.encoded, acts_.tokens.data(), w_.wte, B, T, C, stream());
-    gpu_tp_all_reduce(tp_, acts_.encoded, region_elements());  // g: the whole lookup on every rank
-    add_position_embedding(acts_.encoded, w_.wpe, B, T, C, stream());
+    // This rank's rows of the vocabulary, zeros elsewhere; g sums them into the whole lookup (all
+    // N rows, or this rank's Nl under sequence parallelism), then wpe once.
+    F* partial = d.sequence_parallel ? scratch_.full : acts_.encoded;
+    vocab_embedding_forward(partial, acts_.tokens.data(), w_.wte, static_cast<int>(d.N()), d.C, stream());
+    gpu_g_forward(tp_, partial, acts_.encoded, d.N() * d.C);
+    add_position_embedding(acts_.encoded, w_.wpe, static_cast<int>(tp_.first_row(d.N())), static_cast<int>(d.rows()), T,
+                           d.C, stream());
   } else {
     copy_activation(acts_.encoded, boundary_io_.to_device(input, region_elements()));  // kept for block 0's backward
   }
@@ -168,10 +175,13 @@ float GpuTpChunk<F>::forward_slice(const int* tokens, const float* input, const 
 template <typename F>
 void GpuTpChunk<F>::head_forward() {
   Saved& s = acts_;
-  const int N = s.dims.N(), C = s.dims.C, V = shard_.vocab().real(), ld = logits_stride();
+  const int N = static_cast<int>(s.dims.N()), C = s.dims.C, V = shard_.vocab().real(), ld = logits_stride();
   cudaStream_t st = stream();
   label("head");
-  layernorm_forward(s.lnf, s.lnf_mean, s.lnf_rstd, s.final_input, w_.lnf_w, w_.lnf_b, N, C, st);
+  F* lnf = s.dims.sequence_parallel ? scratch_.ln : s.lnf;  // this rank's rows, gathered by f for the head
+  layernorm_forward(lnf, s.lnf_mean, s.lnf_rstd, s.final_input, w_.lnf_w, w_.lnf_b, static_cast<int>(s.dims.rows()), C,
+                    st);
+  gpu_f_forward(tp_, lnf, s.lnf, s.dims.N() * C);
   if (V > 0) matmul_forward<F>(s.probs, s.lnf, w_.wte, nullptr, N, C, V, ld, blas_);  // logits of this rank's rows
   label("cross-entropy");
   float *row_max = ce_.data(), *target = row_max + N, *sum_exp = target + N;
@@ -188,22 +198,24 @@ template <typename F>
 void GpuTpChunk<F>::head_backward(float loss_scale) {
   Saved& s = acts_;
   SCALELAB_CHECK(!s.probs_hold_dlogits, "backward() called twice after one forward()");
-  const int N = s.dims.N(), C = s.dims.C, V = shard_.vocab().real(), ld = logits_stride();
-  const std::size_t NC = region_elements();
+  const int N = static_cast<int>(s.dims.N()), C = s.dims.C, V = shard_.vocab().real(), ld = logits_stride();
+  const std::size_t NC = s.dims.N() * C;
   cudaStream_t st = stream();
   // The whole row's softmax is already on every rank: the gradient of this rank's columns is
   // local (a target of -1 is another rank's column). In place over the probabilities.
   crossentropy_backward(s.probs, s.probs, s.targets.data(), loss_scale / static_cast<float>(N), N, V, ld, st);
   s.probs_hold_dlogits = true;
   label("head");
+  F* dlnf_full = scratch_.full;  // partial d lnf (N, C): the LM head is column-parallel
   if (V > 0)
-    matmul_backward<F>(dlnf_, g_.wte, nullptr, s.probs, s.lnf, w_.wte, N, C, V, ld, blas_);  // partial d lnf
+    matmul_backward<F>(dlnf_full, g_.wte, nullptr, s.probs, s.lnf, w_.wte, N, C, V, ld, blas_);
   else
-    SCALELAB_CUDA_CHECK(cudaMemsetAsync(dlnf_, 0, NC * sizeof(F), st));  // no rows here: adds nothing
-  gpu_tp_all_reduce(tp_, dlnf_, NC);                                     // f's backward: the LM head is column-parallel
-  SCALELAB_CUDA_CHECK(cudaMemsetAsync(dres_, 0, NC * sizeof(F), st));
-  layernorm_backward(dres_, g_.lnf_w, g_.lnf_b, scratch_.ln_partials, dlnf_, s.final_input, w_.lnf_w, s.lnf_mean,
-                     s.lnf_rstd, N, C, st);
+    SCALELAB_CUDA_CHECK(cudaMemsetAsync(dlnf_full, 0, NC * sizeof(F), st));  // no rows here: adds nothing
+  F* dlnf = s.dims.sequence_parallel ? scratch_.dln : dlnf_full;
+  gpu_f_backward(tp_, dlnf_full, dlnf, NC);
+  SCALELAB_CUDA_CHECK(cudaMemsetAsync(dres_, 0, region_elements() * sizeof(F), st));
+  layernorm_backward(dres_, g_.lnf_w, g_.lnf_b, scratch_.ln_partials, dlnf, s.final_input, w_.lnf_w, s.lnf_mean,
+                     s.lnf_rstd, static_cast<int>(s.dims.rows()), C, st);
 }
 
 template <typename F>
@@ -217,9 +229,15 @@ void GpuTpChunk<F>::backward_slice(const float* doutput, float loss_scale) {
   }
   walk_blocks_backward(*this, policy_);
   if (slice().embeddings) {
+    const TpDims& d = acts_.dims;
     label("embedding");
-    vocab_embedding_backward(g_.wte, g_.wpe, dres_, acts_.tokens.data(), acts_.dims.B, acts_.dims.T, acts_.dims.C,
-                             stream());
+    // wpe's gradient from this rank's rows (under sequence parallelism a part, summed over the
+    // group on the host); wte's from the whole rows (g's backward gathers them), this rank's ids.
+    position_embedding_backward(g_.wpe, dres_, static_cast<int>(tp_.first_row(d.N())), static_cast<int>(d.rows()), d.T,
+                                d.C, stream());
+    F* dout_full = d.sequence_parallel ? scratch_.full : dres_;
+    gpu_g_backward(tp_, dres_, dout_full, d.N() * d.C);
+    vocab_embedding_backward(g_.wte, dout_full, acts_.tokens.data(), static_cast<int>(d.N()), d.C, stream());
     stream_.synchronize();  // the gradients are final for store_grads
   } else {
     boundary_io_.to_host(dres_, region_elements(), input_grad_);  // d loss / d input, for the previous stage
@@ -329,7 +347,7 @@ void GpuTpChunk<F>::store_output(ActPlace x) {
 template <typename F>
 void GpuTpChunk<F>::recompute_attention(int /*l*/, int slot) {
   GpuBlockActs<F>& a = acts_.blocks[slot];
-  const GpuTpDims& d = acts_.dims;
+  const TpDims& d = acts_.dims;
   attention_forward(scratch_.proj, a.att, a.qkv, d.B, d.T, d.Cl(), d.NHl(), blas_);  // the output is discarded
 }
 
@@ -344,10 +362,14 @@ template class GpuTpChunk<fp16>;
 
 std::unique_ptr<DeviceTpChunk> make_gpu_tp_chunk(const GPTConfig& config, const std::string& precision,
                                                  const DeviceChunkStorage& storage, Communicator& tp,
-                                                 const DeviceCommFactory& make_comm, MemoryTracker* device) {
-  if (precision == "fp32") return std::make_unique<GpuTpChunk<float>>(config, storage, tp, make_comm, device);
-  if (precision == "bf16") return std::make_unique<GpuTpChunk<bf16>>(config, storage, tp, make_comm, device);
-  if (precision == "fp16") return std::make_unique<GpuTpChunk<fp16>>(config, storage, tp, make_comm, device);
+                                                 bool sequence_parallel, const DeviceCommFactory& make_comm,
+                                                 MemoryTracker* device) {
+  if (precision == "fp32")
+    return std::make_unique<GpuTpChunk<float>>(config, storage, tp, sequence_parallel, make_comm, device);
+  if (precision == "bf16")
+    return std::make_unique<GpuTpChunk<bf16>>(config, storage, tp, sequence_parallel, make_comm, device);
+  if (precision == "fp16")
+    return std::make_unique<GpuTpChunk<fp16>>(config, storage, tp, sequence_parallel, make_comm, device);
   throw ConfigError("precision: unknown precision '" + precision + "'; use fp32, bf16 or fp16");
 }
 

@@ -1,6 +1,6 @@
 // Stage 06 on the GPU: this rank's tensor-parallel shard of the GPT (or of a pipeline stage's
 // slice of it: tp x pp), computing on the device; dist/device_tp_shard.hpp holds it, with the
-// host's buffers and optimizer. The twin of dist/tp_model.hpp without sequence parallelism:
+// host's buffers and optimizer. The twin of dist/tp_model.hpp:
 //
 //   tokens -> vocab-parallel embedding: this rank's rows, zeros elsewhere -> all-reduce -> + wpe
 //          -> the slice's tensor-parallel blocks (kernels/dist/gpu_tp_block.hpp)
@@ -8,13 +8,20 @@
 //          -> vocab-parallel cross-entropy: all-reduces of the row maxima, target logits and
 //             sums of exponentials (N numbers each)
 //
-// A slice without the embeddings starts from the previous stage's (N, C) rows, one without the
+// With sequence parallelism the LayerNorm/residual regions hold this rank's Nl = N/t rows: the
+// embedding's reduction is a reduce-scatter (then wpe on those rows), ln_f's output is
+// all-gathered for the head, and the blocks' f and g become all-gathers and reduce-scatters
+// (gpu_tp_block.hpp). The replicated tensors' gradients are then parts, summed over the group on
+// the host after the step (the host shard's finish_gradients).
+//
+// A slice without the embeddings starts from the previous stage's (Nl, C) rows, one without the
 // head ends at its blocks' output; those cross between stages through the host (host_boundary.hpp),
 // each tp rank to the same tp rank of the next stage, as on the CPU.
 //
 // Collectives per forward + backward, all-reduces over the device communicator, in F for the
 // activations and fp32 for the cross-entropy's numbers: for the whole model 1 + 2L of N C
-// forward, 2L + 1 (ln_f's input gradient) backward, 3 of N: the CPU's ledger, entry for entry.
+// forward, 2L + 1 (ln_f's input gradient) backward, 3 of N (with sequence parallelism the N C ones
+// as all-gathers and reduce-scatters, and two all-gathers more): the CPU's ledger, entry for entry.
 //
 // The LM head. The logits are (N, V_real) with rows ld = V_real rounded up to 128 apart (the
 // whole model's alignment, kernels/model/gpu_gpt.hpp), where V_real = VocabRange::real(): the
@@ -26,7 +33,7 @@
 // load_params and store_grads copy them whole. Checkpointing (every policy) goes through the
 // shared block walk; a recomputed block forward communicates again, as on the CPU. Micro-batches
 // in flight (a pipeline's) keep their saved activations aside by key, as GpuGPT's do.
-// Not here (refused before a chunk is built): sequence parallelism, zb-h1.
+// Not here (refused before a chunk is built): zb-h1.
 #pragma once
 
 #include <map>
@@ -57,7 +64,7 @@ class GpuTpChunk final : public DeviceTpChunk, private BlockRunner {
 
   // Rank tp.rank() of tp.size() of storage.slice; make_comm turns tp into the device
   // communicator of its collectives, ordered after this chunk's stream. The host copy in `storage`.
-  GpuTpChunk(const GPTConfig& config, const DeviceChunkStorage& storage, Communicator& tp,
+  GpuTpChunk(const GPTConfig& config, const DeviceChunkStorage& storage, Communicator& tp, bool sequence_parallel,
              const DeviceCommFactory& make_comm, MemoryTracker* device);
 
   TpGroup& group() override { return tp_; }
@@ -76,7 +83,7 @@ class GpuTpChunk final : public DeviceTpChunk, private BlockRunner {
   // doutput (host) on the device; returns once they are final (store_grads reads them).
   void backward_slice(const float* doutput, float loss_scale) override;
   std::size_t boundary_elements(int B, int T) const override {
-    return static_cast<std::size_t>(B) * T * shard_.config().channels;
+    return tp_.local_rows(static_cast<std::size_t>(B) * T) * shard_.config().channels;
   }
   DataType boundary_type() const override { return DType<F>::comm_type; }
   const float* output() const override { return slice().head ? nullptr : output_.data(); }
@@ -110,15 +117,15 @@ class GpuTpChunk final : public DeviceTpChunk, private BlockRunner {
     DeviceBuffer<F> values;
     DeviceBuffer<float> stats;
     DeviceBuffer<int> tokens, targets;  // (N) ids as this rank's rows, -1 for another rank's
-    GpuTpDims dims;
+    TpDims dims;
     CheckpointPolicy policy;
-    F* encoded = nullptr;        // (N, C) the embeddings' output, or the previous stage's rows
+    F* encoded = nullptr;        // (Nl, C) the embeddings' output, or the previous stage's rows
     std::vector<F*> boundaries;  // segment inputs; [0] = encoded
     std::vector<GpuBlockActs<F>> blocks;
-    F* final_input = nullptr;   // (N, C) the blocks' output: ln_f's input, or the next stage's
-    F* lnf = nullptr;           // (N, C)  with the head
-    float* lnf_mean = nullptr;  // (N)
-    float* lnf_rstd = nullptr;  // (N)
+    F* final_input = nullptr;   // (Nl, C) the blocks' output: ln_f's input, or the next stage's
+    F* lnf = nullptr;           // (N, C)  with the head: ln_f's output, gathered
+    float* lnf_mean = nullptr;  // (Nl)
+    float* lnf_rstd = nullptr;  // (Nl)
     F* probs = nullptr;         // (N, V_real), rows logits_stride() apart
     float* losses = nullptr;    // (N)
     bool probs_hold_dlogits = false;
@@ -143,7 +150,8 @@ class GpuTpChunk final : public DeviceTpChunk, private BlockRunner {
     return x.kind == ActPlace::Kind::kBoundary ? acts_.boundaries[x.index] : acts_.blocks[x.index].residual3;
   }
   void copy_activation(F* dst, const F* src);
-  std::size_t region_elements() const { return static_cast<std::size_t>(acts_.dims.N()) * acts_.dims.C; }
+  // The LayerNorm/residual region of the last forward: Nl x C.
+  std::size_t region_elements() const { return acts_.dims.rows() * acts_.dims.C; }
 
   TpLayout shard_;
   DeviceChunkStorage host_;
@@ -162,22 +170,22 @@ class GpuTpChunk final : public DeviceTpChunk, private BlockRunner {
   Saved acts_;                  // the last forward's (values empty: none, or stashed)
   std::map<int, Saved> stash_;  // micro-batches in flight, by key
   // Workspace, sized for scratch_dims_.
-  GpuTpDims scratch_dims_;
+  TpDims scratch_dims_;
   DeviceBuffer<F> scratch_buffer_;
-  GpuBlockScratch<F> scratch_{};
-  F* dres_ = nullptr;               // (N, C)
-  F* dlnf_ = nullptr;               // (N, C)
+  GpuTpBlockScratch<F> scratch_{};
+  F* dres_ = nullptr;               // (Nl, C)
   DeviceBuffer<float> ce_;          // (3N) the cross-entropy's row maxima, target logits, sums
   DeviceBuffer<float> ln_scratch_;  // the LayerNorm backward's partial sums
   DeviceBuffer<float> loss_;        // (1)
   std::vector<int> local_ids_;      // host staging of localise()
-  std::vector<float> output_;       // (N, C) the last forward's output, fp32 on the host (no head)
-  std::vector<float> input_grad_;   // (N, C) the last backward's input gradient, fp32 on the host
+  std::vector<float> output_;       // (Nl, C) the last forward's output, fp32 on the host (no head)
+  std::vector<float> input_grad_;   // (Nl, C) the last backward's input gradient, fp32 on the host
 };
 
 // The DeviceTpChunkFactory's work for scalelab train --tp T --device cuda: fp32, bf16 or fp16.
 std::unique_ptr<DeviceTpChunk> make_gpu_tp_chunk(const GPTConfig& config, const std::string& precision,
                                                  const DeviceChunkStorage& storage, Communicator& tp,
-                                                 const DeviceCommFactory& make_comm, MemoryTracker* device);
+                                                 bool sequence_parallel, const DeviceCommFactory& make_comm,
+                                                 MemoryTracker* device);
 
 }  // namespace scalelab::cuda

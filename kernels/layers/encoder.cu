@@ -54,25 +54,18 @@ void encoder_forward(F* out, const int* tokens, const F* wte, const F* wpe, int 
 }
 
 template <typename F>
-void encoder_backward_positions(F* dwpe, const F* dout, int B, int T, int C, cudaStream_t stream) {
-  if (std::size_t(T) * C == 0) return;
-  encoder_backward_wpe_kernel<<<blocks_for(std::size_t(T) * C), kThreads, 0, stream>>>(dwpe, dout, B, T, C);
-  SCALELAB_CUDA_LAUNCH_CHECK();
-}
-
-template <typename F>
 void encoder_backward(F* dwte, F* dwpe, const F* dout, const int* tokens, int B, int T, int C, cudaStream_t stream) {
   const std::size_t n = std::size_t(B) * T * C;
   if (n == 0) return;
-  encoder_backward_positions(dwpe, dout, B, T, C, stream);
+  encoder_backward_wpe_kernel<<<blocks_for(std::size_t(T) * C), kThreads, 0, stream>>>(dwpe, dout, B, T, C);
+  SCALELAB_CUDA_LAUNCH_CHECK();
   encoder_backward_wte_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dwte, dout, tokens, C, n);
   SCALELAB_CUDA_LAUNCH_CHECK();
 }
 
 #define SCALELAB_INSTANTIATE(F)                                                                      \
   template void encoder_forward<F>(F*, const int*, const F*, const F*, int, int, int, cudaStream_t); \
-  template void encoder_backward<F>(F*, F*, const F*, const int*, int, int, int, cudaStream_t);      \
-  template void encoder_backward_positions<F>(F*, const F*, int, int, int, cudaStream_t);
+  template void encoder_backward<F>(F*, F*, const F*, const int*, int, int, int, cudaStream_t);
 SCALELAB_FOR_EACH_DTYPE(SCALELAB_INSTANTIATE)
 #undef SCALELAB_INSTANTIATE
 

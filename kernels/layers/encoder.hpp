@@ -14,8 +14,4 @@ void encoder_forward(F* out, const int* tokens, const F* wte, const F* wpe, int 
 // last bits of dwte) can change from run to run. In bf16/fp16 each addition rounds.
 template <typename F>
 void encoder_backward(F* dwte, F* dwpe, const F* dout, const int* tokens, int B, int T, int C, cudaStream_t stream);
-// The dwpe half of encoder_backward alone: dwpe (maxT,C) += sum over b of dout[b] (the
-// vocab-parallel embedding's, kernels/layers/tensor_parallel.hpp, whose wte half is masked).
-template <typename F>
-void encoder_backward_positions(F* dwpe, const F* dout, int B, int T, int C, cudaStream_t stream);
 }  // namespace scalelab::cuda

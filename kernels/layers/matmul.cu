@@ -94,9 +94,17 @@ void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp,
   }
 }
 
-#define SCALELAB_INSTANTIATE(F)                                                                       \
-  template void matmul_forward<F>(F*, const F*, const F*, const F*, int, int, int, int, const Blas&); \
-  template void matmul_backward<F>(F*, F*, F*, const F*, const F*, const F*, int, int, int, int, const Blas&);
+template <typename F>
+void matmul_backward_bias(F* dbias, const F* dout, int N, int OC, cudaStream_t stream) {
+  if (N <= 0 || OC <= 0) return;
+  bias_backward_kernel<<<(OC + 31) / 32, dim3(32, 32), 0, stream>>>(dbias, dout, N, OC, OC);
+  SCALELAB_CUDA_LAUNCH_CHECK();
+}
+
+#define SCALELAB_INSTANTIATE(F)                                                                                \
+  template void matmul_forward<F>(F*, const F*, const F*, const F*, int, int, int, int, const Blas&);          \
+  template void matmul_backward<F>(F*, F*, F*, const F*, const F*, const F*, int, int, int, int, const Blas&); \
+  template void matmul_backward_bias<F>(F*, const F*, int, int, cudaStream_t);
 SCALELAB_FOR_EACH_DTYPE(SCALELAB_INSTANTIATE)
 #undef SCALELAB_INSTANTIATE
 

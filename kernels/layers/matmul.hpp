@@ -25,6 +25,11 @@ template <typename F>
 void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight, int N, int C, int OC,
                      int ld_out, const Blas& blas);
 
+// dbias (OC) += the column sums of dout (N,OC), contiguous rows: matmul_backward's bias part alone
+// (a row-parallel layer's bias under tensor parallelism, from this rank's rows only).
+template <typename F>
+void matmul_backward_bias(F* dbias, const F* dout, int N, int OC, cudaStream_t stream);
+
 // The same with contiguous rows (ld_out = OC): every layer but the LM head.
 template <typename F>
 void matmul_forward(F* out, const F* inp, const F* weight, const F* bias, int N, int C, int OC, const Blas& blas) {

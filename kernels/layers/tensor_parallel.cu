@@ -2,7 +2,6 @@
 // row-parallel bias. One thread per element, or one block per row for the row reductions.
 #include "kernels/core/cuda_check.hpp"
 #include "kernels/core/dtype.cuh"
-#include "kernels/layers/encoder.hpp"
 #include "kernels/layers/tensor_parallel.hpp"
 
 namespace scalelab::cuda {
@@ -21,11 +20,24 @@ __global__ void vocab_embedding_forward_kernel(F* out, const int* local_tokens, 
 }
 
 template <typename F>
-__global__ void add_position_kernel(F* out, const F* wpe, int T, int C, std::size_t n) {
+__global__ void add_position_kernel(F* out, const F* wpe, int first_row, int T, int C, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x) {
-    const int t = static_cast<int>((i / C) % T);
+    const int t = static_cast<int>((first_row + i / C) % T);
     out[i] = from_float<F>(to_float(out[i]) + to_float(wpe[std::size_t(t) * C + i % C]));
+  }
+}
+
+// dwpe[t,c] += dout[i,c] over the rows i at position t: one thread per (t,c), rows in order.
+template <typename F>
+__global__ void position_backward_kernel(F* dwpe, const F* dout, int first_row, int rows, int T, int C) {
+  const std::size_t n = std::size_t(T) * C;
+  for (std::size_t k = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; k < n;
+       k += std::size_t(gridDim.x) * blockDim.x) {
+    const int t = static_cast<int>(k / C), c = static_cast<int>(k % C);
+    float sum = 0.0f;
+    for (int i = ((t - first_row) % T + T) % T; i < rows; i += T) sum += to_float(dout[std::size_t(i) * C + c]);
+    dwpe[k] = from_float<F>(to_float(dwpe[k]) + sum);
   }
 }
 
@@ -84,29 +96,34 @@ __global__ void add_bias_kernel(F* y, const F* bias, int C, std::size_t n) {
 }  // namespace
 
 template <typename F>
-void vocab_embedding_forward(F* out, const int* local_tokens, const F* wte_local, int B, int T, int C,
-                             cudaStream_t stream) {
-  const std::size_t n = std::size_t(B) * T * C;
+void vocab_embedding_forward(F* out, const int* local_tokens, const F* wte_local, int N, int C, cudaStream_t stream) {
+  const std::size_t n = std::size_t(N) * C;
   if (n == 0) return;
   vocab_embedding_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, local_tokens, wte_local, C, n);
   SCALELAB_CUDA_LAUNCH_CHECK();
 }
 
 template <typename F>
-void add_position_embedding(F* out, const F* wpe, int B, int T, int C, cudaStream_t stream) {
-  const std::size_t n = std::size_t(B) * T * C;
+void add_position_embedding(F* out, const F* wpe, int first_row, int rows, int T, int C, cudaStream_t stream) {
+  const std::size_t n = std::size_t(rows) * C;
   if (n == 0) return;
-  add_position_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, wpe, T, C, n);
+  add_position_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, wpe, first_row, T, C, n);
   SCALELAB_CUDA_LAUNCH_CHECK();
 }
 
 template <typename F>
-void vocab_embedding_backward(F* dwte_local, F* dwpe, const F* dout, const int* local_tokens, int B, int T, int C,
+void vocab_embedding_backward(F* dwte_local, const F* dout, const int* local_tokens, int N, int C,
                               cudaStream_t stream) {
-  const std::size_t n = std::size_t(B) * T * C;
+  const std::size_t n = std::size_t(N) * C;
   if (n == 0) return;
-  encoder_backward_positions(dwpe, dout, B, T, C, stream);
   vocab_embedding_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(dwte_local, dout, local_tokens, C, n);
+  SCALELAB_CUDA_LAUNCH_CHECK();
+}
+
+template <typename F>
+void position_embedding_backward(F* dwpe, const F* dout, int first_row, int rows, int T, int C, cudaStream_t stream) {
+  if (rows <= 0 || std::size_t(T) * C == 0) return;
+  position_backward_kernel<<<blocks_for(std::size_t(T) * C), kThreads, 0, stream>>>(dwpe, dout, first_row, rows, T, C);
   SCALELAB_CUDA_LAUNCH_CHECK();
 }
 
@@ -145,9 +162,10 @@ void add_bias(F* y, const F* bias, int N, int C, cudaStream_t stream) {
 }
 
 #define SCALELAB_INSTANTIATE(F)                                                                                        \
-  template void vocab_embedding_forward<F>(F*, const int*, const F*, int, int, int, cudaStream_t);                     \
-  template void add_position_embedding<F>(F*, const F*, int, int, int, cudaStream_t);                                  \
-  template void vocab_embedding_backward<F>(F*, F*, const F*, const int*, int, int, int, cudaStream_t);                \
+  template void vocab_embedding_forward<F>(F*, const int*, const F*, int, int, cudaStream_t);                          \
+  template void add_position_embedding<F>(F*, const F*, int, int, int, int, cudaStream_t);                             \
+  template void vocab_embedding_backward<F>(F*, const F*, const int*, int, int, cudaStream_t);                         \
+  template void position_embedding_backward<F>(F*, const F*, int, int, int, int, cudaStream_t);                        \
   template void vocab_ce_row_max<F>(float*, const F*, int, int, int, cudaStream_t);                                    \
   template void vocab_ce_row_sums<F>(float*, float*, const F*, const float*, const int*, int, int, int, cudaStream_t); \
   template void vocab_ce_finish<F>(F*, float*, const F*, const float*, const float*, const float*, int, int, int,      \

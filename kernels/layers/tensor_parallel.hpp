@@ -14,19 +14,26 @@
 
 namespace scalelab::cuda {
 
-// out (B,T,C) = wte_local[local[b,t]] where local >= 0, else 0. The sum over the tensor-parallel
-// ranks (an all-reduce) is then the whole lookup, exactly: every addend but one is zero.
+// Rows are token positions of the flattened (B T) axis, row n at position n mod T. Under sequence
+// parallelism a rank's rows of the LayerNorm/residual region are [first_row, first_row + rows).
+
+// out (N,C) = wte_local[local[n]] where local >= 0, else 0. The sum over the tensor-parallel
+// ranks (an all-reduce, or a reduce-scatter) is then the whole lookup, exactly: every addend but
+// one is zero.
 template <typename F>
-void vocab_embedding_forward(F* out, const int* local_tokens, const F* wte_local, int B, int T, int C,
-                             cudaStream_t stream);
-// out (B,T,C) += wpe[t] (after the all-reduce, so the replicated position embedding counts once).
+void vocab_embedding_forward(F* out, const int* local_tokens, const F* wte_local, int N, int C, cudaStream_t stream);
+// out (rows,C) += wpe[(first_row + i) mod T] on row i (after the reduction, so the replicated
+// position embedding counts once).
 template <typename F>
-void add_position_embedding(F* out, const F* wpe, int B, int T, int C, cudaStream_t stream);
-// dwte_local rows += dout rows of this rank's tokens (atomicAdd, as encoder_backward), and
-// dwpe (maxT,C) += sum over the batch of dout (every rank holds the whole dout: replicated).
+void add_position_embedding(F* out, const F* wpe, int first_row, int rows, int T, int C, cudaStream_t stream);
+// dwte_local rows += dout (N,C) rows of this rank's tokens (atomicAdd, as encoder_backward).
 template <typename F>
-void vocab_embedding_backward(F* dwte_local, F* dwpe, const F* dout, const int* local_tokens, int B, int T, int C,
-                              cudaStream_t stream);
+void vocab_embedding_backward(F* dwte_local, const F* dout, const int* local_tokens, int N, int C, cudaStream_t stream);
+// dwpe (maxT,C) += dout (rows,C) row i at position (first_row + i) mod T, each position's rows
+// summed in row order (deterministic). Under sequence parallelism a partial sum, which the
+// replicated gradients' sum over the group completes.
+template <typename F>
+void position_embedding_backward(F* dwpe, const F* dout, int first_row, int rows, int T, int C, cudaStream_t stream);
 
 // The vocab-parallel cross-entropy's three passes over this rank's logits (N, V_real), rows ld
 // apart; V_real = VocabRange::real() columns are real tokens (the padding rows of wte have no

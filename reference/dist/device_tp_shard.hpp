@@ -35,24 +35,26 @@ class DeviceTpChunk : public PipelineChunk {
 };
 
 // Makes the device chunk of rank tp.rank() of tp.size() (tp: the host communicator of the
-// tensor-parallel group; the chunk makes the device communicator it computes with), in
-// `precision`, its host copy in `storage`, its device memory counted in `device`.
+// tensor-parallel group; the chunk makes the device communicator it computes with), with or
+// without sequence parallelism, in `precision`, its host copy in `storage`, its device memory
+// counted in `device`.
 using DeviceTpChunkFactory = std::function<std::unique_ptr<DeviceTpChunk>(
     const GPTConfig& config, const std::string& precision, const DeviceChunkStorage& storage, Communicator& tp,
-    MemoryTracker* device)>;
+    bool sequence_parallel, MemoryTracker* device)>;
 
-// The checks of --tp on a device (nothing for --device cpu), raised alike on every rank: the
-// program must give the strategy GPU shards (device_chunks), and --sequence-parallel is refused.
+// The check of --tp on a device (nothing for --device cpu), raised alike on every rank: the
+// program must give the strategy GPU shards (device_chunks).
 void check_tp_on_device(const TrainOptions& options, bool device_chunks);
 
 class DeviceTpShardModel final : public TpShardModel {
  public:
   // host: the shard as the CPU builds it (its flat buffers, the optimizer's); the chunk from
   // make_chunk over host's buffers (storage, with its slice) and the host communicator tp, its
-  // memory counted in `device` (the owner's tracker of the GPU's bytes; it must outlive this).
+  // memory counted in `device` (a pipeline stage's tracker of the GPU's bytes, which must outlive
+  // this), or with none given in this shard's own.
   DeviceTpShardModel(std::unique_ptr<TpShardModel> host, const DeviceChunkStorage& storage,
                      const DeviceTpChunkFactory& make_chunk, const std::string& precision, Communicator& tp,
-                     MemoryTracker* device);
+                     MemoryTracker* device = nullptr);
 
   // Compute: the device chunk's.
   double forward(const int* tokens, const int* targets, int B, int T) override;
@@ -90,7 +92,9 @@ class DeviceTpShardModel final : public TpShardModel {
   const ParamLayout& layout() const override { return host_->layout(); }
   std::size_t num_params() const override { return host_->num_params(); }
   const TpLayout& shard() const override { return host_->shard(); }
-  void finish_gradients() override { host_->finish_gradients(); }
+  // Under sequence parallelism: the host shard sums the replicated tensors' gradient parts (stored
+  // from the device) over the group; its all-reduce joins the chunk's ledger, as on the CPU.
+  void finish_gradients() override;
   void init_weights(std::uint64_t seed) override { host_->init_weights(seed); }
   const float* master_params() const override { return host_->master_params(); }
   void set_master_params(const float* values) override { host_->set_master_params(values); }
@@ -104,6 +108,7 @@ class DeviceTpShardModel final : public TpShardModel {
   std::string precision_name() const override { return host_->precision_name(); }
 
  private:
+  std::unique_ptr<MemoryTracker> own_device_;  // when no tracker was given; outlives chunk_
   MemoryTracker* device_;
   std::unique_ptr<TpShardModel> host_;
   std::unique_ptr<DeviceTpChunk> chunk_;

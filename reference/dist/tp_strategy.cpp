@@ -71,8 +71,7 @@ std::unique_ptr<TpShardModel> TensorParallelStrategy::on_device(std::unique_ptr<
                                                                 const DeviceChunkStorage& storage,
                                                                 const std::string& precision) {
   if (!device_chunks_) return shard;
-  return std::make_unique<DeviceTpShardModel>(std::move(shard), storage, device_chunks_, precision, grid_->tp(),
-                                              &device_memory_);
+  return std::make_unique<DeviceTpShardModel>(std::move(shard), storage, device_chunks_, precision, grid_->tp());
 }
 
 std::unique_ptr<TrainModel> TensorParallelStrategy::make_model(const GPTConfig& config, const std::string& precision,

@@ -72,7 +72,6 @@ class TensorParallelStrategy final : public ParallelStrategy {
   DistributedOptimizer* zero_ = nullptr;  // --zero 1: the wrapper around model_ the trainer drives
   int zero_stage_ = 0;
   DeviceTpChunkFactory device_chunks_;  // --device cuda: the shard's GPU half
-  MemoryTracker device_memory_;         // its bytes on the GPU
   CommStats tp_before_, dp_before_;
   StepCommReport report_;
   std::vector<TpCollective> step_ledger_;

@@ -20,22 +20,24 @@ namespace scalelab_test {
 class HostCopyTpChunk final : public ForwardingChunk<scalelab::DeviceTpChunk, scalelab::TpShardModel> {
  public:
   HostCopyTpChunk(const scalelab::GPTConfig& config, const std::string& precision,
-                  const scalelab::DeviceChunkStorage& host, scalelab::Communicator& tp, scalelab::MemoryTracker* device)
+                  const scalelab::DeviceChunkStorage& host, scalelab::Communicator& tp, bool sequence_parallel,
+                  scalelab::MemoryTracker* device)
       : copy_(host, precision, scalelab::TpLayout(config, host.slice, tp.size(), tp.rank()).layout().num_params(),
               device) {
     using namespace scalelab;
     if (!copy_.mixed()) {
-      inner_ = std::make_unique<TensorParallelModel>(config, host.slice, tp, false, device, copy_.params.data(),
-                                                     copy_.grads.data());
+      inner_ = std::make_unique<TensorParallelModel>(config, host.slice, tp, sequence_parallel, device,
+                                                     copy_.params.data(), copy_.grads.data());
       return;
     }
-    inner_ = std::make_unique<MixedTensorParallelModel>(config, tp, false, *copy_.half, device,
+    inner_ = std::make_unique<MixedTensorParallelModel>(config, tp, sequence_parallel, *copy_.half, device,
                                                         copy_.mixed_storage(host.slice));
   }
   static scalelab::DeviceTpChunkFactory factory() {
     return [](const scalelab::GPTConfig& c, const std::string& precision, const scalelab::DeviceChunkStorage& s,
-              scalelab::Communicator& tp, scalelab::MemoryTracker* device) -> std::unique_ptr<scalelab::DeviceTpChunk> {
-      return std::make_unique<HostCopyTpChunk>(c, precision, s, tp, device);
+              scalelab::Communicator& tp, bool sp,
+              scalelab::MemoryTracker* device) -> std::unique_ptr<scalelab::DeviceTpChunk> {
+      return std::make_unique<HostCopyTpChunk>(c, precision, s, tp, sp, device);
     };
   }
 

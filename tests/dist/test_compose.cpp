@@ -320,7 +320,8 @@ TEST_CASE(
   // --device cuda: each tp x pp stage's chunk is a DeviceTpShardModel around its GPU half (here
   // tests/dist/host_copy_tp_chunk.hpp, the CPU shard on a second buffer), loaded before each step
   // and stored after it; the same arithmetic as the CPU layout, so the losses and this rank's
-  // parameters after 3 steps are equal bit for bit, in fp32 and bf16, with 1f1b and interleaved.
+  // parameters after 3 steps are equal bit for bit, in fp32 and bf16, with 1f1b and interleaved,
+  // with and without sequence parallelism.
   Communicator& world = test_world();
   const Layout l = world.size() == 8 ? Layout{"dp 2 x tp 2 x pp 2", 2, 2} : Layout{"tp 2 x pp 2", 2, 2};
   const StrategyFactory on_device = [&world](const TrainOptions& opts) -> std::unique_ptr<ParallelStrategy> {
@@ -330,35 +331,37 @@ TEST_CASE(
                                       MemoryTracker*) -> std::unique_ptr<TrainModel> {
     throw Error("the pipeline builds its own stage");
   };
-  for (const char* precision : {"fp32", "bf16"})
-    for (const char* schedule : {"1f1b", "interleaved:2"}) {
-      INFO(where(world) << ", " << l.name << ", " << precision << ", " << schedule);
-      TrainOptions a = options(world, l, world.size() == 8 ? 1 : 0);
-      a.precision = precision;
-      a.parallel.schedule = schedule;
-      a.parallel.micro_batches = 4;
-      TrainOptions b = a;
-      b.device = "cuda";
-      MemoryTracker t1, t2;
-      Trainer cpu(a, &t1, {}, make_strategy_factory(&world));
-      Trainer dev(b, &t2, unused, on_device);
-      for (int s = 0; s < kSteps; ++s) CHECK(dev.step().loss == cpu.step().loss);
-      const std::vector<float> x = part_values(cpu), y = part_values(dev);
-      REQUIRE(x.size() == y.size());
-      CHECK_MATCH(
-          compare_bitwise("this rank's parameters after 3 steps, device path vs CPU", y.data(), x.data(), x.size()));
-      const auto& stage = dynamic_cast<PipelineStrategy&>(dev.strategy()).stage();
-      REQUIRE(stage.device_memory() != nullptr);
-      for (int c = 0; c < stage.chunk_count(); ++c) {
-        const auto& shard = dynamic_cast<const DeviceTpShardModel&>(stage.chunk_at(c));
-        const auto& twin = dynamic_cast<const HostCopyTpChunk&>(shard.chunk());
-        CHECK(twin.loads() == kSteps);
-        CHECK(twin.stores() == kSteps);
-      }
+  struct Run {
+    const char* precision;
+    const char* schedule;
+    bool sp;
+  };
+  for (const Run r : {Run{"fp32", "1f1b", false}, Run{"fp32", "interleaved:2", true}, Run{"bf16", "1f1b", true},
+                      Run{"bf16", "interleaved:2", false}}) {
+    INFO(where(world) << ", " << l.name << ", " << r.precision << ", " << r.schedule
+                      << (r.sp ? ", sequence parallel" : ""));
+    TrainOptions a = options(world, l, world.size() == 8 ? 1 : 0);
+    a.precision = r.precision;
+    a.parallel.schedule = r.schedule;
+    a.parallel.sequence_parallel = r.sp;
+    a.parallel.micro_batches = 4;
+    TrainOptions b = a;
+    b.device = "cuda";
+    MemoryTracker t1, t2;
+    Trainer cpu(a, &t1, {}, make_strategy_factory(&world));
+    Trainer dev(b, &t2, unused, on_device);
+    for (int s = 0; s < kSteps; ++s) CHECK(dev.step().loss == cpu.step().loss);
+    const std::vector<float> x = part_values(cpu), y = part_values(dev);
+    REQUIRE(x.size() == y.size());
+    CHECK_MATCH(
+        compare_bitwise("this rank's parameters after 3 steps, device path vs CPU", y.data(), x.data(), x.size()));
+    const auto& stage = dynamic_cast<PipelineStrategy&>(dev.strategy()).stage();
+    REQUIRE(stage.device_memory() != nullptr);
+    for (int c = 0; c < stage.chunk_count(); ++c) {
+      const auto& shard = dynamic_cast<const DeviceTpShardModel&>(stage.chunk_at(c));
+      const auto& twin = dynamic_cast<const HostCopyTpChunk&>(shard.chunk());
+      CHECK(twin.loads() == kSteps);
+      CHECK(twin.stores() == kSteps);
     }
-  // Sequence parallelism has no GPU kernels in this build: refused on every rank.
-  TrainOptions sp = options(world, l, 0);
-  sp.device = "cuda";
-  sp.parallel.sequence_parallel = true;
-  CHECK_THROWS_WITH(on_device(sp), Catch::Contains("--sequence-parallel on --device cuda"));
+  }
 }

@@ -8,6 +8,7 @@
 //   [gpu_tp_memory]  the device's bytes: the shard's parameters and gradients, and its saved
 //                    activations by this file's own count of the tensors a rank keeps
 //
+// Each with and without sequence parallelism.
 // Tolerances (not bitwise: cuBLAS's and the reductions' summation orders, the embedding's
 // atomics, and the all-reduces' partial sums): fp32 loss relative 1e-5 and gradients relative
 // 1e-4 by norm per tensor, test_gpu_model's bounds; bf16 loss relative 2e-2 (half activations).
@@ -41,12 +42,12 @@ constexpr double kLossTol = 1e-5, kGradTol = 1e-4, kHalfLossTol = 2e-2;
 
 DeviceTpChunkFactory gpu_chunks() {
   return [](const GPTConfig& config, const std::string& precision, const DeviceChunkStorage& storage, Communicator& tp,
-            MemoryTracker* device) {
+            bool sequence_parallel, MemoryTracker* device) {
     const cuda::DeviceCommFactory staging = [](Communicator& host,
                                                cudaStream_t stream) -> std::unique_ptr<Communicator> {
       return std::make_unique<cuda::HostStagingCommunicator>(host, stream);
     };
-    return cuda::make_gpu_tp_chunk(config, precision, storage, tp, staging, device);
+    return cuda::make_gpu_tp_chunk(config, precision, storage, tp, sequence_parallel, staging, device);
   };
 }
 }  // namespace
@@ -57,30 +58,33 @@ TEST_CASE("the GPU tensor-parallel shard's gradients equal stage 01 on the CPU",
   if (kTpShape.NH % t != 0) return;
   const Batch batch = random_batch(kTpShape.V, kRows, kT, 51);
   const prior::StepResult want = prior::stage01_step(kTpShape, kTpSeed, batch.tokens, batch.targets, kRows, kT, m);
-  for (const std::string precision : {"fp32", "bf16"}) {
-    INFO(where(world) << ", t " << t << ", " << precision);
-    TpHarness h(world, config_from(kTpShape), t, false, m, kRows, kT, kTpSeed, {}, precision, 1.0, 0, gpu_chunks());
-    const double loss = h.forward_backward(batch.tokens, batch.targets);
-    CHECK(loss == Approx(want.loss).epsilon(precision == "fp32" ? kLossTol : kHalfLossTol));
-    // The ledger: per micro-batch 1 + 2L all-reduces of N C forward, 2L + 1 backward, 3 of N.
-    const std::size_t L = static_cast<std::size_t>(kTpShape.L);
-    CHECK(h.strategy->step_ledger().size() == static_cast<std::size_t>(m) * (4 * L + 2 + 3));
-    if (precision == "fp32") {
-      const std::vector<float> grads = h.gather_whole(h.model->fp32_grads());
-      const ParamLayout whole(config_from(kTpShape));
-      for (const ParamTensor& tensor : whole.tensors()) {
-        const double err = relative_norm_error(grads.data() + tensor.offset, want.grads.data() + tensor.offset,
-                                               tensor.numel);
-        INFO("gradient of " << tensor.name << ": relative error " << err << " vs stage 01 (tolerance " << kGradTol
-                            << ")");
-        CHECK(err <= kGradTol);
+  for (const std::string precision : {"fp32", "bf16"})
+    for (bool sp : {false, true}) {
+      INFO(where(world) << ", t " << t << ", " << precision << (sp ? ", sequence parallel" : ""));
+      TpHarness h(world, config_from(kTpShape), t, sp, m, kRows, kT, kTpSeed, {}, precision, 1.0, 0, gpu_chunks());
+      const double loss = h.forward_backward(batch.tokens, batch.targets);
+      CHECK(loss == Approx(want.loss).epsilon(precision == "fp32" ? kLossTol : kHalfLossTol));
+      // The ledger: per micro-batch 1 + 2L collectives of N C forward, 2L + 1 backward, 3 of N; with
+      // sequence parallelism ln_f's all-gather and the embedding's backward all-gather more, and once
+      // per step the replicated gradients' all-reduce.
+      const std::size_t L = static_cast<std::size_t>(kTpShape.L), per_micro = 4 * L + 2 + 3 + (sp ? 2 : 0);
+      CHECK(h.strategy->step_ledger().size() == static_cast<std::size_t>(m) * per_micro + (sp ? 1 : 0));
+      if (precision == "fp32") {
+        const std::vector<float> grads = h.gather_whole(h.model->fp32_grads());
+        const ParamLayout whole(config_from(kTpShape));
+        for (const ParamTensor& tensor : whole.tensors()) {
+          const double err = relative_norm_error(grads.data() + tensor.offset, want.grads.data() + tensor.offset,
+                                                 tensor.numel);
+          INFO("gradient of " << tensor.name << ": relative error " << err << " vs stage 01 (tolerance " << kGradTol
+                              << ")");
+          CHECK(err <= kGradTol);
+        }
       }
+      h.update();  // the host's AdamW on the shard's flat buffers, loaded into the GPU next step
+      const double second = h.forward_backward(batch.tokens, batch.targets);
+      CHECK(std::isfinite(second));
+      CHECK(second < loss);
     }
-    h.update();  // the host's AdamW on the shard's flat buffers, loaded into the GPU next step
-    const double second = h.forward_backward(batch.tokens, batch.targets);
-    CHECK(std::isfinite(second));
-    CHECK(second < loss);
-  }
 }
 
 TEST_CASE("the GPU tensor-parallel shard's device memory: its tensors and its saved activations", "[gpu_tp_memory]") {
