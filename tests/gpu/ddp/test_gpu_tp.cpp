@@ -2,7 +2,8 @@
 // (kernels/dist/gpu_tp_chunk.hpp), over the world's ranks sharing one GPU, their collectives
 // staged through host memory (NCCL needs one GPU per rank).
 //   [gpu_tp_equal]   against stage 01 on the CPU: the loss, every gradient gathered back into the
-//                    whole tensors, the ledger's count, a second step after the host's AdamW
+//                    whole tensors, the ledger (its count by the formula, each entry against the
+//                    CPU shard's), a second step after the host's AdamW
 //   [gpu_tp_pp]      tp 2 x pp 2 on 4 ranks (test_gpu_ddp_mpi_np4) through the trainer against
 //                    stage 01 on the CPU
 //   [gpu_tp_memory]  the device's bytes: the shard's parameters and gradients, and its saved
@@ -68,7 +69,23 @@ TEST_CASE("the GPU tensor-parallel shard's gradients equal stage 01 on the CPU",
       // sequence parallelism ln_f's all-gather and the embedding's backward all-gather more, and once
       // per step the replicated gradients' all-reduce.
       const std::size_t L = static_cast<std::size_t>(kTpShape.L), per_micro = 4 * L + 2 + 3 + (sp ? 2 : 0);
-      CHECK(h.strategy->step_ledger().size() == static_cast<std::size_t>(m) * per_micro + (sp ? 1 : 0));
+      const std::vector<TpCollective>& ledger = h.strategy->step_ledger();
+      CHECK(ledger.size() == static_cast<std::size_t>(m) * per_micro + (sp ? 1 : 0));
+      // And entry for entry the CPU shard's ledger on the same batch: operation, elements, place
+      // and element size.
+      TpHarness cpu(world, config_from(kTpShape), t, sp, m, kRows, kT, kTpSeed, {}, precision);
+      cpu.forward_backward(batch.tokens, batch.targets);
+      const std::vector<TpCollective>& want_ledger = cpu.strategy->step_ledger();
+      REQUIRE(ledger.size() == want_ledger.size());
+      for (std::size_t i = 0; i < ledger.size(); ++i) {
+        INFO("ledger entry " << i << ": " << comm_op_name(ledger[i].op) << " of " << ledger[i].elements << " at "
+                             << ledger[i].where << ", CPU " << comm_op_name(want_ledger[i].op) << " of "
+                             << want_ledger[i].elements << " at " << want_ledger[i].where);
+        CHECK(ledger[i].op == want_ledger[i].op);
+        CHECK(ledger[i].elements == want_ledger[i].elements);
+        CHECK(ledger[i].where == want_ledger[i].where);
+        CHECK(ledger[i].element_bytes == want_ledger[i].element_bytes);
+      }
       if (precision == "fp32") {
         const std::vector<float> grads = h.gather_whole(h.model->fp32_grads());
         const ParamLayout whole(config_from(kTpShape));
