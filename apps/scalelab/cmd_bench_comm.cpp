@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comm/local_rank.hpp"
 #include "comm/runtime.hpp"
 #include "comm_bench.hpp"
 #include "commands.hpp"
@@ -183,11 +184,6 @@ nlohmann::json row_json(const BenchRow& r) {
           {"wrong", r.wrong}};
 }
 
-std::string host_name() {
-  char name[256] = {};
-  return gethostname(name, sizeof(name) - 1) == 0 ? std::string(name) : std::string("unknown");
-}
-
 std::string utc_now() {
   const std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -231,7 +227,7 @@ std::uint64_t run_sweep(Communicator& world, const BenchPlan& plan, const std::s
     if (json_file.is_open()) {
       const nlohmann::json out = {{"ranks", world.size()},
                                   {"backend", world.backend()},
-                                  {"host", host_name()},
+                                  {"host", this_host_name()},
                                   {"date_utc", utc_now()},
                                   {"dtype", "float"},
                                   {"in_place", true},

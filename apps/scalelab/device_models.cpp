@@ -57,6 +57,7 @@ std::unique_ptr<Communicator> make_nccl_gradient_communicator(Communicator& host
                                                               double timeout_seconds) {
 #ifdef SCALELAB_HAVE_NCCL
   cuda::NcclOptions options;
+  options.device = cuda::current_device();  // the rank's GPU, chosen at startup by the world's local rank
   options.order_after = stream;
   options.timeout_seconds = timeout_seconds;  // the world's limit (--comm-timeout)
 #ifdef SCALELAB_HAVE_MPI
@@ -171,6 +172,14 @@ TrainModelFactory model_factory_for(const std::string& device) {
   };
 #else
   return {};  // not reached: require_cuda() threw
+#endif
+}
+
+void select_rank_gpu(const std::string& device, Communicator* world) {
+  if (device != "cuda" || world == nullptr) return;
+#ifdef SCALELAB_HAVE_CUDA
+  require_cuda();
+  cuda::select_local_gpu(*world);
 #endif
 }
 

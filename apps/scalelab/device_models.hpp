@@ -41,6 +41,10 @@ DeviceFactories device_factories_for(const std::string& device, bool nccl, doubl
 // --backend nccl: throws ConfigError unless the device is cuda and this build has NCCL. Called
 // before MPI starts, so every rank fails alike with one message.
 void require_nccl_backend(const std::string& device);
+// --device cuda in a job of several ranks: each rank takes GPU (local rank on its host) mod (the
+// host's GPUs), before anything is allocated on one (kernels/core/device.hpp). Collective over
+// world; nothing for cpu or without a world.
+void select_rank_gpu(const std::string& device, Communicator* world);
 // "cpu", or the GPU's description ("NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.1 GiB)").
 std::string device_label(const std::string& device);
 

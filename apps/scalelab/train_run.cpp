@@ -48,6 +48,7 @@ void run_training_job(const TrainOptions& options, RunOutput out) {
 RunSummary run_training(const TrainOptions& options, const RunOutput& out, Communicator* world) {
   MemoryTracker tracker;
   const bool nccl = options.parallel.backend == "nccl";
+  select_rank_gpu(options.device, world);  // before the models allocate on a GPU
   Trainer trainer(options, &tracker, model_factory_for(options.device),
                   make_strategy_factory(world,
                                         device_factories_for(options.device, nccl, options.parallel.comm_timeout)));

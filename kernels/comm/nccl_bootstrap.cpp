@@ -1,6 +1,5 @@
 // make_nccl_communicator: which GPU each rank takes, the check that no two ranks share one, and
 // the ncclUniqueId handed from rank 0 to the others over the host communicator.
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -9,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/local_rank.hpp"
 #include "core/error.hpp"
 #include "kernels/comm/nccl_check.hpp"
 #include "kernels/comm/nccl_communicator.hpp"
@@ -28,12 +28,6 @@ struct RankPlace {
   std::int32_t gpus;    // GPUs visible on this rank
 };
 
-std::string host_name() {
-  char name[256] = {};
-  if (gethostname(name, sizeof name - 1) != 0) return "?";
-  return name;
-}
-
 std::string hex(const unsigned char* bytes, std::size_t n) {
   std::string s;
   char two[3];
@@ -48,7 +42,7 @@ std::string hex(const unsigned char* bytes, std::size_t n) {
 // on the same host) picks the GPU, so one rank per GPU on every node needs no configuration.
 std::vector<RankPlace> gather_places(Communicator& bootstrap, int requested_device) {
   const int n = bootstrap.size(), me = bootstrap.rank();
-  const std::string host = host_name();
+  const std::string host = this_host_name();
   std::vector<RankPlace> all(static_cast<std::size_t>(n));
   RankPlace& mine = all[static_cast<std::size_t>(me)];
   std::memset(&mine, 0, sizeof mine);

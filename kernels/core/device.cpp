@@ -4,6 +4,8 @@
 #include <cctype>
 #include <cstdio>
 
+#include "comm/local_rank.hpp"
+#include "core/error.hpp"
 #include "kernels/core/cuda_check.hpp"
 
 namespace scalelab::cuda {
@@ -15,6 +17,20 @@ int device_count() {
     return 0;
   }
   return n;
+}
+
+int current_device() {
+  int dev = 0;
+  SCALELAB_CUDA_CHECK(cudaGetDevice(&dev));
+  return dev;
+}
+
+int select_local_gpu(Communicator& world) {
+  const int gpus = device_count();
+  SCALELAB_CHECK(gpus > 0, "select_local_gpu on a machine without a CUDA GPU");
+  const int device = local_rank_on_host(world) % gpus;
+  SCALELAB_CUDA_CHECK(cudaSetDevice(device));
+  return device;
 }
 
 std::string device_description() {

@@ -7,10 +7,22 @@
 
 #include <string>
 
+namespace scalelab {
+class Communicator;
+}
+
 namespace scalelab::cuda {
 
 // Number of CUDA devices usable by this process; 0 when there is none or no driver.
 int device_count();
+// The current device (cudaGetDevice).
+int current_device();
+// Collective over `world` (every rank of the job, at startup, before anything is allocated on a
+// GPU): makes GPU (local rank on this host) mod device_count() this process's current device and
+// returns it (comm/local_rank.hpp), so the ranks of a node spread over its GPUs; with one GPU they
+// all share it. Later NCCL communicators of any sub-group take the current device
+// (NcclOptions::device). Needs a GPU (device_count() > 0).
+int select_local_gpu(Communicator& world);
 // "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.1 GiB)" for the current device.
 std::string device_description();
 // The current device's name with everything but [A-Za-z0-9] replaced by '-', lower case

@@ -1,11 +1,14 @@
 // The [pp][dp][tp] process grid: coordinates with tp fastest, the three group splits on the
-// test world (every factorisation of its size), and the error for a grid that does not fit.
+// test world (every factorisation of its size), and the error for a grid that does not fit; and
+// the local rank a job's GPUs are handed out by.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "comm/grid.hpp"
+#include "comm/local_rank.hpp"
 #include "core/error.hpp"
 #include "world.hpp"
 
@@ -82,4 +85,17 @@ TEST_CASE("grid groups: every factorisation of the world size") {
       check_members(grid.tp(), [&](int k) { return grid_rank(s, {c.pp, c.dp, k}); });
       check_members(grid.pp(), [&](int k) { return grid_rank(s, {k, c.dp, c.tp}); });
     }
+}
+
+TEST_CASE("the local rank counts the ranks before this one on the same host, in the world and in a group") {
+  // Every rank of the test world runs on this one machine, so the local rank is the rank; in a
+  // group (the even and the odd ranks) it is the rank in the group, which is why the GPU is chosen
+  // once from the world's (comm/local_rank.hpp).
+  Communicator& world = test_world();
+  INFO(where(world));
+  CHECK(local_rank_on_host(world) == world.rank());
+  std::unique_ptr<Communicator> half = world.split(world.rank() % 2, world.rank());
+  CHECK(local_rank_on_host(*half) == half->rank());
+  CHECK(half->rank() == world.rank() / 2);
+  CHECK(this_host_name() != "");
 }
