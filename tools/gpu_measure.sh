@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU measurement run (docs/gpu.md): on a machine with an NVIDIA GPU, build scalelab with CUDA,
-# run the GPU tests, benchmark every kernel against the device's measured ceilings, time the
+# run the GPU tests, check the parallel stages' losses against the CPU's, benchmark every kernel against the device's measured ceilings, time the
 # training step of the GPT-2 124M shape (fp32 and bf16), time the same model in PyTorch on the
 # same GPU (eager and torch.compile), and write docs/results/gpu-<device>.md with the ratios.
 #
@@ -8,14 +8,14 @@
 #
 #   --deps DIR   dependencies unpacked by tools/offline_deps.sh (a machine with no package registry)
 #   --out DIR    logs and JSON (default out/gpu); the report goes to docs/results/ and to DIR
-#   --only LIST  comma-separated subset of: env,build,test,kernels,step,torch,report (default all)
+#   --only LIST  comma-separated subset of: env,build,test,parallel,kernels,step,torch,report (default all)
 #
 # Every step's output is kept in DIR; a failing step is reported and the later steps still run,
 # so one broken benchmark does not cost the whole run. The exit status is non-zero if any failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-deps="" out=out/gpu build=build/gpu steps=20 only="env,build,test,kernels,step,torch,report"
+deps="" out=out/gpu build=build/gpu steps=20 only="env,build,test,parallel,kernels,step,torch,report"
 while [[ $# -gt 0 ]]; do
   case $1 in
     --deps) deps=$2; shift 2 ;;
@@ -60,6 +60,10 @@ if wants build; then
 fi
 if wants test; then
   step gpu_tests ctest --test-dir "$build" -L gpu --output-on-failure
+fi
+if wants parallel; then
+  # Stages 04-07 composed on the GPU against the CPU, loss by loss (tools/gpu_parallel_check.sh).
+  step parallel bash tools/gpu_parallel_check.sh --bin "$bin" --out "$out/parallel"
 fi
 if wants kernels; then
   step kernels "$bin/scalelab_gpu_bench" --json "$out/kernels.json"
