@@ -13,8 +13,9 @@
 //   sync           store_grads: the device gradients into the host buffer (one copy), then the
 //                  data-parallel reduction and the optimizer on the host, as on the CPU
 //
-// The strategy (dist/tp_strategy.hpp) calls the hooks; a CPU shard ignores them. The device's
-// memory is counted in device_memory(), apart from the host's.
+// The strategy (dist/tp_strategy.hpp), or the pipeline stage that holds the shard as a chunk
+// (tp x pp, dist/pipeline_stage_model.hpp), calls the hooks; a CPU shard ignores them. The
+// device's memory is counted in device_memory(), apart from the host's.
 #pragma once
 
 #include <functional>
