@@ -51,7 +51,7 @@ void fill_random(DeviceBuffer<F>& d, std::uint64_t seed, float lo, float hi) {
     d.copy_from_host(x.data(), block);
   } else {
     std::vector<std::uint16_t> bits(block);
-    float_to_half(bits.data(), x.data(), block, std::is_same_v<F, bf16> ? HalfFormat::kBF16 : HalfFormat::kFP16);
+    float_to_half(bits.data(), x.data(), block, *half_format_of<F>());
     SCALELAB_CUDA_CHECK(cudaMemcpy(d.data(), bits.data(), block * 2, cudaMemcpyHostToDevice));
   }
   // Double the filled prefix until the buffer is full.

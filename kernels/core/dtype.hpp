@@ -6,7 +6,11 @@
 #include <cuda_fp16.h>
 #include <library_types.h>
 
+#include <optional>
+#include <type_traits>
+
 #include "comm/datatype.hpp"
+#include "precision/half.hpp"
 
 namespace scalelab::cuda {
 
@@ -33,5 +37,13 @@ struct DType<fp16> {
   static constexpr cudaDataType_t cuda_type = CUDA_R_16F;
   static constexpr DataType comm_type = DataType::kFloat16;
 };
+
+// The host's 16-bit format of F (precision/half.hpp: the same bits as the device's), none for float.
+template <typename F>
+constexpr std::optional<HalfFormat> half_format_of() {
+  if constexpr (std::is_same_v<F, bf16>) return HalfFormat::kBF16;
+  if constexpr (std::is_same_v<F, fp16>) return HalfFormat::kFP16;
+  return std::nullopt;
+}
 
 }  // namespace scalelab::cuda

@@ -307,20 +307,6 @@ void GpuTpChunk<F>::zero_grads() {
 }
 
 template <typename F>
-std::vector<float> GpuTpChunk<F>::grads_to_host() const {
-  stream_.synchronize();
-  std::vector<float> out(num_params());
-  if constexpr (kMixed) {
-    std::vector<std::uint16_t> half(num_params());
-    grads_.copy_to_host(reinterpret_cast<F*>(half.data()), half.size());
-    half_to_float(out.data(), half.data(), half.size(), *half_format_of<F>());
-  } else {
-    grads_.copy_to_host(out.data(), out.size());
-  }
-  return out;
-}
-
-template <typename F>
 void GpuTpChunk<F>::forward_block(int l, int slot, ActPlace x) {
   label("block " + std::to_string(slice().first_layer + l));
   gpu_tp_block_forward(tp_, acts_.blocks[slot], w_.blocks[l], place(x), scratch_, acts_.dims, blas_);

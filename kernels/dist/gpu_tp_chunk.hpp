@@ -107,9 +107,6 @@ class GpuTpChunk final : public DeviceTpChunk, private BlockRunner {
   void store_grads() override;
   void zero_grads() override;
 
-  // For tests: this rank's gradients on the host, widened to fp32.
-  std::vector<float> grads_to_host() const;
-
  private:
   // One forward's saved activations (values in F, statistics in fp32) with its localised tokens
   // and targets: what a micro-batch in flight keeps until its backward.

@@ -10,7 +10,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -20,14 +19,6 @@
 #include "precision/half.hpp"
 
 namespace scalelab::cuda {
-
-// The half format of F; none for float.
-template <typename F>
-constexpr std::optional<HalfFormat> half_format_of() {
-  if constexpr (std::is_same_v<F, bf16>) return HalfFormat::kBF16;
-  if constexpr (std::is_same_v<F, fp16>) return HalfFormat::kFP16;
-  return std::nullopt;
-}
 
 // The GPU chunks have no split backward: --schedule zb-h1 is refused (a ConfigError naming it;
 // PipelineStrategy refuses it on a GPU before any chunk is asked).

@@ -2,7 +2,6 @@
 #include "dist/device_tp_shard.hpp"
 
 #include "core/error.hpp"
-#include "model/batch_check.hpp"
 
 namespace scalelab {
 
@@ -33,11 +32,6 @@ void DeviceTpShardModel::finish_gradients() {
   std::vector<TpCollective>& ledger = chunk_->group().ledger;
   ledger.insert(ledger.end(), host_ledger.begin(), host_ledger.end());
   host_ledger.clear();
-}
-
-double DeviceTpShardModel::forward(const int* tokens, const int* targets, int B, int T) {
-  check_batch(config(), tokens, targets, B, T);
-  return chunk_->forward_slice(tokens, nullptr, targets, B, T);
 }
 
 }  // namespace scalelab

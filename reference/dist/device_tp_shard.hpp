@@ -57,8 +57,10 @@ class DeviceTpShardModel final : public TpShardModel {
                      const DeviceTpChunkFactory& make_chunk, const std::string& precision, Communicator& tp,
                      MemoryTracker* device = nullptr);
 
-  // Compute: the device chunk's.
-  double forward(const int* tokens, const int* targets, int B, int T) override;
+  // Compute: the device chunk's (which checks the token ids: its kernels cannot throw).
+  double forward(const int* tokens, const int* targets, int B, int T) override {
+    return chunk_->forward_slice(tokens, nullptr, targets, B, T);
+  }
   void backward(double loss_scale) override { chunk_->backward_slice(nullptr, static_cast<float>(loss_scale)); }
   void zero_grad() override { chunk_->zero_grads(); }
   void load_params() override { chunk_->load_params(); }

@@ -17,13 +17,13 @@
 
 namespace scalelab_test {
 
-class HostCopyChunk final : public ForwardingChunk<scalelab::PipelineChunk, scalelab::PipelineChunk> {
+class HostCopyChunk final : public HostCopyTwin<scalelab::PipelineChunk, scalelab::PipelineChunk> {
  public:
   HostCopyChunk(const scalelab::GPTConfig& config, const std::string& precision,
                 const scalelab::DeviceChunkStorage& host, scalelab::MemoryTracker* device)
-      : config_(config),
-        host_(host),
-        copy_(host, precision, scalelab::ParamLayout(config, host.slice).num_params(), device) {
+      : HostCopyTwin(host, precision, scalelab::ParamLayout(config, host.slice).num_params(), device),
+        config_(config),
+        host_(host) {
     using namespace scalelab;
     if (!copy_.mixed()) {
       inner_ = std::make_unique<GptChunk>(
@@ -43,16 +43,10 @@ class HostCopyChunk final : public ForwardingChunk<scalelab::PipelineChunk, scal
   void init_weights(std::uint64_t seed) override {
     scalelab::init_device_chunk_weights(config_, inner_->layout(), host_, copy_.half, seed);
   }
-  void load_params() override { copy_.load(); }
-  void store_grads() override { copy_.store(); }
-  void zero_grads() override { copy_.zero(); }
-  int loads() const { return copy_.loads; }  // how often the stage called the hooks
-  int stores() const { return copy_.stores; }
 
  private:
   scalelab::GPTConfig config_;
   scalelab::DeviceChunkStorage host_;
-  HostDeviceCopy copy_;
 };
 
 }  // namespace scalelab_test

@@ -17,13 +17,13 @@
 
 namespace scalelab_test {
 
-class HostCopyTpChunk final : public ForwardingChunk<scalelab::DeviceTpChunk, scalelab::TpShardModel> {
+class HostCopyTpChunk final : public HostCopyTwin<scalelab::DeviceTpChunk, scalelab::TpShardModel> {
  public:
   HostCopyTpChunk(const scalelab::GPTConfig& config, const std::string& precision,
                   const scalelab::DeviceChunkStorage& host, scalelab::Communicator& tp, bool sequence_parallel,
                   scalelab::MemoryTracker* device)
-      : copy_(host, precision, scalelab::TpLayout(config, host.slice, tp.size(), tp.rank()).layout().num_params(),
-              device) {
+      : HostCopyTwin(host, precision,
+                     scalelab::TpLayout(config, host.slice, tp.size(), tp.rank()).layout().num_params(), device) {
     using namespace scalelab;
     if (!copy_.mixed()) {
       inner_ = std::make_unique<TensorParallelModel>(config, host.slice, tp, sequence_parallel, device,
@@ -42,15 +42,6 @@ class HostCopyTpChunk final : public ForwardingChunk<scalelab::DeviceTpChunk, sc
   }
 
   scalelab::TpGroup& group() override { return inner_->group(); }
-
-  void load_params() override { copy_.load(); }
-  void store_grads() override { copy_.store(); }
-  void zero_grads() override { copy_.zero(); }
-  int loads() const { return copy_.loads; }  // how often the strategy called the hooks
-  int stores() const { return copy_.stores; }
-
- private:
-  HostDeviceCopy copy_;
 };
 
 }  // namespace scalelab_test

@@ -65,10 +65,16 @@ struct HostDeviceCopy {
   scalelab::DeviceChunkStorage host_;
 };
 
-// A chunk (Base: a PipelineChunk) whose calls all go to inner_ (Inner: a CPU chunk or shard).
+// A twin (Base: a PipelineChunk) whose chunk calls all go to inner_ (Inner: a CPU chunk or shard,
+// which the twin builds on copy_'s buffers) and whose device hooks are copy_'s.
 template <typename Base, typename Inner>
-class ForwardingChunk : public Base {
+class HostCopyTwin : public Base {
  public:
+  // n parameters in `precision`, their host copy in `host`.
+  HostCopyTwin(const scalelab::DeviceChunkStorage& host, const std::string& precision, std::size_t n,
+               scalelab::MemoryTracker* device)
+      : copy_(host, precision, n, device) {}
+
   const scalelab::ModelSlice& slice() const override { return inner_->slice(); }
   const scalelab::ParamLayout& layout() const override { return inner_->layout(); }
   std::size_t num_params() const override { return inner_->num_params(); }
@@ -93,7 +99,14 @@ class ForwardingChunk : public Base {
   void init_weights(std::uint64_t seed) override { inner_->init_weights(seed); }
   std::size_t block_forward_count() const override { return inner_->block_forward_count(); }
 
+  void load_params() override { copy_.load(); }
+  void store_grads() override { copy_.store(); }
+  void zero_grads() override { copy_.zero(); }
+  int loads() const { return copy_.loads; }  // how often the stage or strategy called the hooks
+  int stores() const { return copy_.stores; }
+
  protected:
+  HostDeviceCopy copy_;
   std::unique_ptr<Inner> inner_;
 };
 

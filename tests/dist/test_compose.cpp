@@ -323,6 +323,7 @@ TEST_CASE(
   // parameters after 3 steps are equal bit for bit, in fp32 and bf16, with 1f1b and interleaved,
   // with and without sequence parallelism.
   Communicator& world = test_world();
+  if (world.size() != 4 && world.size() != 8) return;  // test_compose_mpi runs on 4 and 8 ranks
   const Layout l = world.size() == 8 ? Layout{"dp 2 x tp 2 x pp 2", 2, 2} : Layout{"tp 2 x pp 2", 2, 2};
   const StrategyFactory on_device = [&world](const TrainOptions& opts) -> std::unique_ptr<ParallelStrategy> {
     return std::make_unique<PipelineStrategy>(world, opts, HostCopyChunk::factory(), HostCopyTpChunk::factory());
