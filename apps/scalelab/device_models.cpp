@@ -5,6 +5,7 @@
 
 #ifdef SCALELAB_HAVE_CUDA
 #include "kernels/core/device.hpp"
+#include "kernels/dist/device_messages.hpp"
 #include "kernels/dist/gpu_pipeline_chunk.hpp"
 #include "kernels/dist/gpu_tp_chunk.hpp"
 #include "kernels/dist/gpu_zero_model.hpp"
@@ -156,10 +157,29 @@ DeviceTpChunkFactory tp_chunk_factory(const std::string& device, bool nccl, doub
 #endif
 }
 
+PipelineMessagesFactory pipeline_messages_factory(const std::string& device, bool nccl, double timeout_seconds) {
+  if (device != "cuda") return {};
+#ifdef SCALELAB_HAVE_CUDA
+  return [nccl, timeout_seconds](Communicator& pp, MemoryTracker* tracker) {
+    if (!nccl) return cuda::make_staged_pipeline_messages(pp, tracker);
+    // GPU to GPU over NCCL (the chunks wait for their streams before a message is sent or freed,
+    // so the communicator needs no order_after stream).
+    PipelineMessages m;
+    m.comm = make_nccl_gradient_communicator(pp, cudaStreamLegacy, timeout_seconds);
+    m.memory = std::make_unique<cuda::DeviceMessagePool>(tracker);
+    return m;
+  };
+#else
+  (void)nccl, (void)timeout_seconds;
+  require_cuda();  // throws: no GPU models in this build
+  return {};
+#endif
+}
+
 DeviceFactories device_factories_for(const std::string& device, bool nccl, double timeout_seconds) {
   return {gradient_communicator_factory(device, nccl, timeout_seconds),
           zero_model_factory(device, nccl, timeout_seconds), pipeline_chunk_factory(device),
-          tp_chunk_factory(device, nccl, timeout_seconds)};
+          tp_chunk_factory(device, nccl, timeout_seconds), pipeline_messages_factory(device, nccl, timeout_seconds)};
 }
 
 TrainModelFactory model_factory_for(const std::string& device) {

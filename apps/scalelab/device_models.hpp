@@ -36,6 +36,7 @@ DeviceChunkFactory pipeline_chunk_factory(const std::string& device);
 // Stage 06 on the GPU: a tensor-parallel shard's device half (kernels/dist/gpu_tp_chunk.hpp),
 // its collectives over NCCL (nccl set) or the host-staging adapter. Empty for cpu.
 DeviceTpChunkFactory tp_chunk_factory(const std::string& device, bool nccl, double timeout_seconds);
+PipelineMessagesFactory pipeline_messages_factory(const std::string& device, bool nccl, double timeout_seconds);
 // All of the above for the strategies (parallel/strategy_factory.hpp): empty for cpu.
 DeviceFactories device_factories_for(const std::string& device, bool nccl, double timeout_seconds);
 // --backend nccl: throws ConfigError unless the device is cuda and this build has NCCL. Called

@@ -1,12 +1,11 @@
 // Stage 05 on the GPU: a pipeline chunk (dist/pipeline_chunk.hpp) that computes on the GPU, the
 // GPU GPT's slice (kernels/model/gpu_gpt.hpp) with its parameters and gradients in device memory.
 //
-// What crosses to the neighbouring stages goes through host memory, as the executor's messages
-// are host buffers over the host communicator (MPI): a forward's output is copied out of the
-// device (and widened from half to the fp32 the executor reads), the received activations and
-// gradients are copied in (narrowed to half: exact, as the sender's device held them in half).
-// That is the host staging of ranks that share one GPU; the message bytes on the wire are the
-// same as the CPU pipeline's (the boundary type is the model's: fp32, bf16 or fp16).
+// What crosses to the neighbouring stages are device messages (device_messages.hpp) in the
+// model's boundary type (fp32, bf16 or fp16: the same bytes on the wire as the CPU pipeline's),
+// sent over NCCL from GPU to GPU, or staged through the host where ranks share one GPU. The
+// host-fp32 boundary of the CPU chunks (forward_slice's input, output(), input_grad()) is not
+// used: forward_slice runs only a first stage, from tokens.
 //
 // The stage's flat host buffers stay the truth (dist/pipeline_stage_model.hpp): load_params()
 // copies the chunk's range of them into the device before a step, store_grads() copies the
@@ -23,7 +22,7 @@
 #include "dist/device_chunk.hpp"
 #include "kernels/core/device_buffer.hpp"
 #include "kernels/core/dtype.hpp"
-#include "kernels/dist/host_boundary.hpp"
+#include "kernels/dist/device_messages.hpp"
 #include "kernels/model/gpu_gpt.hpp"
 #include "precision/half.hpp"
 
@@ -46,13 +45,20 @@ class GpuPipelineChunk final : public PipelineChunk {
   }
   DataType boundary_type() const override { return DType<F>::comm_type; }
 
+  // From tokens only (the input of a later stage is a device message: forward_message).
   float forward_slice(const int* tokens, const float* input, const int* targets, int B, int T) override;
-  const float* output() const override { return gpt_.slice().head ? nullptr : output_.data(); }
+  const float* output() const override { return nullptr; }  // on the device: output_message
+  // From the loss only (a later stage's gradient is a device message: backward_message).
   void backward_slice(const float* doutput, float loss_scale) override;
   // ZB-H1's split backward has no GPU kernels: PipelineStrategy refuses zb-h1 on the GPU first.
   void backward_input(const float* doutput, float loss_scale) override;
   void backward_weight() override;
-  const float* input_grad() const override { return input_grad_.data(); }
+  const float* input_grad() const override { return nullptr; }  // on the device: input_grad_message
+  // The boundary as device messages: each returns once the chunk's stream is done with them.
+  float forward_message(const int* tokens, Message& input, const int* targets, int B, int T) override;
+  void backward_message(Message& doutput, float loss_scale) override;
+  Message output_message(std::size_t n, const MessagePlace& place) const override;
+  Message input_grad_message(std::size_t n, const MessagePlace& place) const override;
   void stash_activations(int key) override { gpt_.stash_activations(key); }
   void restore_activations(int key) override { gpt_.restore_activations(key); }
   void release_activations() override { gpt_.release_activations(); }
@@ -72,10 +78,7 @@ class GpuPipelineChunk final : public PipelineChunk {
  private:
   GpuGPT<F> gpt_;
   DeviceChunkStorage host_;
-  HostBoundary<F> boundary_io_;    // the messages' copies between host and device
-  std::size_t boundary_ = 0;       // B T C of the last forward (every micro-batch of a step has it)
-  std::vector<float> output_;      // (B,T,C) the last forward's output, fp32 on the host
-  std::vector<float> input_grad_;  // (B,T,C) the last backward's input gradient, fp32 on the host
+  std::size_t boundary_ = 0;  // B T C of the last forward (every micro-batch of a step has it)
 };
 
 // The DeviceChunkFactory of `scalelab train --pp P --device cuda`: fp32, bf16 or fp16 chunks

@@ -31,7 +31,6 @@ GpuTpChunk<F>::GpuTpChunk(const GPTConfig& config, const DeviceChunkStorage& sto
       w_(device_param_view(shard_.layout(), shard_.slice(), params_.data())),
       g_(device_param_view(shard_.layout(), shard_.slice(), grads_.data())),
       comm_(make_comm(tp, stream_.get())),
-      boundary_io_(stream_.get(), device),
       ln_scratch_(layernorm_backward_scratch_elements(config.channels), MemCategory::kWorkspace, device),
       loss_(1, MemCategory::kWorkspace, device) {
   SCALELAB_CHECK(comm_ && comm_->memory_space() == MemorySpace::kDevice,
@@ -138,7 +137,14 @@ void GpuTpChunk<F>::localise(const int* ids, DeviceBuffer<int>& out) {
 
 template <typename F>
 float GpuTpChunk<F>::forward_slice(const int* tokens, const float* input, const int* targets, int B, int T) {
-  SCALELAB_CHECK(slice().embeddings ? tokens != nullptr : input != nullptr, "slice ", slice().describe(shard_.config()),
+  SCALELAB_CHECK(input == nullptr, "a GPU tensor-parallel chunk takes its input activations as a device message");
+  Message none;
+  return forward_message(tokens, none, targets, B, T);
+}
+
+template <typename F>
+float GpuTpChunk<F>::forward_message(const int* tokens, Message& input, const int* targets, int B, int T) {
+  SCALELAB_CHECK(slice().embeddings ? tokens != nullptr : !input.empty(), "slice ", slice().describe(shard_.config()),
                  slice().embeddings ? " starts from tokens" : " starts from input");
   SCALELAB_CHECK(!slice().head || targets != nullptr, "slice ", slice().describe(shard_.config()), " needs targets");
   // A kernel cannot throw: ids are checked on the host.
@@ -157,11 +163,14 @@ float GpuTpChunk<F>::forward_slice(const int* tokens, const float* input, const 
     add_position_embedding(acts_.encoded, w_.wpe, static_cast<int>(tp_.first_row(d.N())), static_cast<int>(d.rows()), T,
                            d.C, stream());
   } else {
-    copy_activation(acts_.encoded, boundary_io_.to_device(input, region_elements()));  // kept for block 0's backward
+    // Kept for block 0's backward; the message may go once the stream has copied it.
+    copy_activation(acts_.encoded, message_input<F>(input, region_elements(), "input activations"));
   }
+  boundary_ = region_elements();
   walk_blocks_forward(*this, policy_);
   if (!slice().head) {
-    boundary_io_.to_host(acts_.final_input, region_elements(), output_);
+    output_ = acts_.final_input;
+    stream_.synchronize();
     return 0.0f;
   }
   localise(targets, acts_.targets);
@@ -220,13 +229,21 @@ void GpuTpChunk<F>::head_backward(float loss_scale) {
 
 template <typename F>
 void GpuTpChunk<F>::backward_slice(const float* doutput, float loss_scale) {
+  SCALELAB_CHECK(doutput == nullptr, "a GPU tensor-parallel chunk takes d loss / d output as a device message");
+  Message none;
+  backward_message(none, loss_scale);
+}
+
+template <typename F>
+void GpuTpChunk<F>::backward_message(Message& doutput, float loss_scale) {
   SCALELAB_CHECK(acts_.values.size() > 0, "backward with no saved forward");
   if (slice().head) {
     head_backward(loss_scale);
   } else {
-    SCALELAB_CHECK(doutput != nullptr, "slice ", slice().describe(shard_.config()), " needs d loss / d output");
-    copy_activation(dres_, boundary_io_.to_device(doutput, region_elements()));  // updated in place below
+    SCALELAB_CHECK(!doutput.empty(), "slice ", slice().describe(shard_.config()), " needs d loss / d output");
+    copy_activation(dres_, message_input<F>(doutput, region_elements(), "d loss / d output"));  // updated in place
   }
+  boundary_ = region_elements();
   walk_blocks_backward(*this, policy_);
   if (slice().embeddings) {
     const TpDims& d = acts_.dims;
@@ -238,10 +255,22 @@ void GpuTpChunk<F>::backward_slice(const float* doutput, float loss_scale) {
     F* dout_full = d.sequence_parallel ? scratch_.full : dres_;
     gpu_g_backward(tp_, dres_, dout_full, d.N() * d.C);
     vocab_embedding_backward(g_.wte, dout_full, acts_.tokens.data(), static_cast<int>(d.N()), d.C, stream());
-    stream_.synchronize();  // the gradients are final for store_grads
-  } else {
-    boundary_io_.to_host(dres_, region_elements(), input_grad_);  // d loss / d input, for the previous stage
   }
+  stream_.synchronize();  // the gradients are final for store_grads, and the message was copied
+}
+
+template <typename F>
+Message GpuTpChunk<F>::output_message(std::size_t n, const MessagePlace& place) const {
+  SCALELAB_CHECK(!slice().head && output_ && n == boundary_, "output_message: ", n,
+                 " elements asked of a chunk whose output has ", slice().head ? 0 : boundary_);
+  return message_of<F>(output_, n, place, stream());
+}
+
+template <typename F>
+Message GpuTpChunk<F>::input_grad_message(std::size_t n, const MessagePlace& place) const {
+  SCALELAB_CHECK(!slice().embeddings && n == boundary_, "input_grad_message: ", n,
+                 " elements asked of a chunk whose input gradient has ", slice().embeddings ? 0 : boundary_);
+  return message_of<F>(dres_, n, place, stream());  // d loss / d input, for the previous stage
 }
 
 template <typename F>

@@ -15,8 +15,8 @@
 // the host after the step (the host shard's finish_gradients).
 //
 // A slice without the embeddings starts from the previous stage's (Nl, C) rows, one without the
-// head ends at its blocks' output; those cross between stages through the host (host_boundary.hpp),
-// each tp rank to the same tp rank of the next stage, as on the CPU.
+// head ends at its blocks' output; those cross between stages as device messages
+// (device_messages.hpp), each tp rank to the same tp rank of the next stage, as on the CPU.
 //
 // Collectives per forward + backward, all-reduces over the device communicator, in F for the
 // activations and fp32 for the cross-entropy's numbers: for the whole model 1 + 2L of N C
@@ -48,9 +48,9 @@
 #include "kernels/core/device.hpp"
 #include "kernels/core/device_buffer.hpp"
 #include "kernels/core/dtype.hpp"
+#include "kernels/dist/device_messages.hpp"
 #include "kernels/dist/gpu_tp_block.hpp"
 #include "kernels/dist/gpu_zero_model.hpp"
-#include "kernels/dist/host_boundary.hpp"
 #include "kernels/model/gpu_gpt.hpp"
 #include "model/block_walk.hpp"
 #include "model/checkpoint_policy.hpp"
@@ -76,18 +76,25 @@ class GpuTpChunk final : public DeviceTpChunk, private BlockRunner {
   // V_real rounded up to 128: the logits' row stride.
   int logits_stride() const { return gpu_padded_vocab(shard_.vocab().real()); }
 
-  // From tokens (host, with the embeddings) or the previous stage's rows (host, fp32 holding F
-  // values); with the head the mean loss of targets (host), the same on every rank of the group.
+  // From tokens (host, with the embeddings) or the previous stage's rows (a device message); with
+  // the head the mean loss of targets (host), the same on every rank of the group. forward_slice
+  // is the first form only (input null).
+  float forward_message(const int* tokens, Message& input, const int* targets, int B, int T) override;
   float forward_slice(const int* tokens, const float* input, const int* targets, int B, int T) override;
   // Accumulates this rank's gradients of loss_scale * loss (with the head) or of the next stage's
-  // doutput (host) on the device; returns once they are final (store_grads reads them).
+  // doutput (a device message) on the device; returns once they are final (store_grads reads
+  // them) and the message was copied. backward_slice is the first form only (doutput null).
+  void backward_message(Message& doutput, float loss_scale) override;
   void backward_slice(const float* doutput, float loss_scale) override;
+  // The blocks' output and the input gradient (this rank's rows) as device messages.
+  Message output_message(std::size_t n, const MessagePlace& place) const override;
+  Message input_grad_message(std::size_t n, const MessagePlace& place) const override;
   std::size_t boundary_elements(int B, int T) const override {
     return tp_.local_rows(static_cast<std::size_t>(B) * T) * shard_.config().channels;
   }
   DataType boundary_type() const override { return DType<F>::comm_type; }
-  const float* output() const override { return slice().head ? nullptr : output_.data(); }
-  const float* input_grad() const override { return slice().embeddings ? nullptr : input_grad_.data(); }
+  const float* output() const override { return nullptr; }      // on the device: output_message
+  const float* input_grad() const override { return nullptr; }  // on the device: input_grad_message
   // ZB-H1's split backward has no GPU kernels: refused (PipelineStrategy refuses zb-h1 first).
   void backward_input(const float* doutput, float loss_scale) override;
   void backward_weight() override;
@@ -159,7 +166,6 @@ class GpuTpChunk final : public DeviceTpChunk, private BlockRunner {
   ParamView<F> w_, g_;
   std::unique_ptr<Communicator> comm_;  // the device communicator of the group
   TpGroup tp_;
-  HostBoundary<F> boundary_io_;  // the pipeline's messages between host and device
   CheckpointPolicy policy_;
   AttentionKind attention_ = AttentionKind::kNaive;
   std::size_t block_forwards_ = 0;
@@ -175,8 +181,8 @@ class GpuTpChunk final : public DeviceTpChunk, private BlockRunner {
   DeviceBuffer<float> ln_scratch_;  // the LayerNorm backward's partial sums
   DeviceBuffer<float> loss_;        // (1)
   std::vector<int> local_ids_;      // host staging of localise()
-  std::vector<float> output_;       // (Nl, C) the last forward's output, fp32 on the host (no head)
-  std::vector<float> input_grad_;   // (Nl, C) the last backward's input gradient, fp32 on the host
+  F* output_ = nullptr;             // (Nl, C) the last forward's output (no head), kept while stashed
+  std::size_t boundary_ = 0;        // Nl C of the last forward
 };
 
 // The DeviceTpChunkFactory's work for scalelab train --tp T --device cuda: fp32, bf16 or fp16.

@@ -84,6 +84,16 @@ class DeviceTpShardModel final : public TpShardModel {
   void backward_input(const float* doutput, float loss_scale) override { chunk_->backward_input(doutput, loss_scale); }
   void backward_weight() override { chunk_->backward_weight(); }
   const float* input_grad() const override { return chunk_->input_grad(); }
+  float forward_message(const int* tokens, Message& input, const int* targets, int B, int T) override {
+    return chunk_->forward_message(tokens, input, targets, B, T);
+  }
+  void backward_message(Message& doutput, float loss_scale) override { chunk_->backward_message(doutput, loss_scale); }
+  Message output_message(std::size_t n, const MessagePlace& place) const override {
+    return chunk_->output_message(n, place);
+  }
+  Message input_grad_message(std::size_t n, const MessagePlace& place) const override {
+    return chunk_->input_grad_message(n, place);
+  }
   void stash_activations(int key) override { chunk_->stash_activations(key); }
   void restore_activations(int key) override { chunk_->restore_activations(key); }
   void release_activations() override { chunk_->release_activations(); }

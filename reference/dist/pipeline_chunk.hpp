@@ -15,6 +15,7 @@
 
 #include "comm/datatype.hpp"
 #include "core/error.hpp"
+#include "dist/pipeline_message.hpp"
 #include "model/checkpoint_policy.hpp"
 #include "model/gpt.hpp"
 #include "model/layers/attention_kind.hpp"
@@ -49,6 +50,16 @@ class PipelineChunk {
   virtual void backward_input(const float* doutput, float loss_scale) = 0;
   virtual void backward_weight() = 0;
   virtual const float* input_grad() const = 0;
+  // The executor's side of the boundary (dist/pipeline_executor.hpp): the input and the output's
+  // gradient as the messages received (empty where there is no neighbour), the output and the
+  // input gradient as messages of n elements made in `place`, to send. These defaults serve a
+  // chunk computing on the CPU: host messages, read as fp32 (pipeline_chunk.cpp). A chunk
+  // computing on a GPU overrides them to read and write device messages, so that over NCCL the
+  // activations go from GPU to GPU.
+  virtual float forward_message(const int* tokens, Message& input, const int* targets, int B, int T);
+  virtual void backward_message(Message& doutput, float loss_scale);
+  virtual Message output_message(std::size_t n, const MessagePlace& place) const;
+  virtual Message input_grad_message(std::size_t n, const MessagePlace& place) const;
   // Micro-batches in flight: the saved activations move aside under a key and come back.
   virtual void stash_activations(int key) = 0;
   virtual void restore_activations(int key) = 0;

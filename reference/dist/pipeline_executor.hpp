@@ -10,14 +10,17 @@
 //   send            non-blocking (isend of a copy that the executor keeps until it completes)
 //   receive         blocking, into a buffer the next compute action reads
 // Messages are in the chunks' boundary type (dist/pipeline_message.hpp): fp32, or half under
-// mixed precision.
+// mixed precision; in host memory, or in device memory when the chunks compute on a GPU and the
+// communicator moves device memory (NCCL, or host staging).
 //
 // Why no deadlock: sends never block, so a rank can only wait in a receive, for a message its
 // neighbour sends right after a compute action that precedes it in the dependency order. The
 // schedule builders' lists complete in the simulator (schedule/pipeline_sim.hpp), which runs the
 // same rule (tests/dist/test_pipeline_schedule.cpp checks every schedule, p and m), so every
 // receive's message is eventually sent. Messages carry a tag naming (micro-batch, model stage,
-// direction), so a mismatched order is an error, not a wrong answer.
+// direction), so a mismatched order is an error, not a wrong answer. NCCL has neither tags nor
+// sends that never block; schedule/rendezvous.hpp checks a schedule under its rules, and the
+// pipeline strategy refuses the schedules it finds would hang or mix messages up.
 #pragma once
 
 #include <cstdint>
@@ -51,8 +54,9 @@ struct PipelineStepStats {
 
 class PipelineExecutor {
  public:
-  // pp: the pipeline group (rank r holds model stages r, r + p, ...); timeline may be null.
-  PipelineExecutor(Communicator& pp, const PipelineShape& shape, PipelineStageModel& model, MemoryTracker* tracker,
+  // pp: the pipeline group (rank r holds model stages r, r + p, ...), whose memory space is the
+  // place's; timeline may be null.
+  PipelineExecutor(Communicator& pp, const PipelineShape& shape, PipelineStageModel& model, MessagePlace place,
                    Timeline* timeline);
 
   // Runs `schedule` (this rank's list) over rows x T tokens and targets, cut into m micro-batches
@@ -75,8 +79,8 @@ class PipelineExecutor {
   void backward_weight(const Action& a);
   // The message a receive filed for this compute action (grad: 0 activations, 1 gradient).
   Message take_received(int grad, const Action& a);
-  // A copy of what this compute action produced, for the send that follows it.
-  void keep_for_sending(int grad, const Action& a, const float* data);
+  // What this compute action produced, for the send that follows it.
+  void keep_for_sending(int grad, const Action& a, Message message);
   void receive(const Action& a);
   void send(const Action& a);
   void finish_sends(bool all);
@@ -89,7 +93,7 @@ class PipelineExecutor {
   Communicator& pp_;
   PipelineShape shape_;
   PipelineStageModel& model_;
-  MemoryTracker* tracker_;
+  MessagePlace place_;  // where messages live: host memory, or the GPU's
   Timeline* timeline_;
   int rank_;
   // The current step.

@@ -121,6 +121,7 @@ class PipelineStageModel final : public TrainModel {
   void store_grads();
   // The device's memory by category (null when the chunks compute on the CPU).
   const MemoryTracker* device_memory() const { return device_memory_.get(); }
+  MemoryTracker* device_memory() { return device_memory_.get(); }
 
   const GPTConfig& config() const override { return config_; }
   const ParamLayout& layout() const override { return layout_; }

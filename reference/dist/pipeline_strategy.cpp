@@ -12,27 +12,35 @@
 #include "dist/gather_weights.hpp"
 #include "io/checkpoint.hpp"
 #include "precision/half.hpp"
+#include "schedule/rendezvous.hpp"
 #include "train/fp32_model.hpp"
 
 namespace scalelab {
 
 namespace {
 
-// What this build's pipeline cannot do yet: one clear refusal each, raised on every rank.
-void refuse_unsupported(const TrainOptions& o, bool device_chunks, bool tp_chunks) {
+// What this build's pipeline cannot do: one clear refusal each, raised on every rank.
+void refuse_unsupported(const TrainOptions& o, const PipelineShape& shape, const PipelineDevice& device) {
   const std::string pp = "--pp " + std::to_string(o.parallel.pp);
   if (o.device != "cpu") {
-    require(device_chunks, "device",
+    require(device.chunks && device.messages, "device",
             pp + " with --device " + o.device + ": this program gave the pipeline no GPU model chunks",
             "run scalelab train (built with CUDA), or use --device cpu");
-    if (o.parallel.tp > 1) check_tp_on_device(o, tp_chunks);  // tp x pp: the stages' GPU shards
+    if (o.parallel.tp > 1) check_tp_on_device(o, static_cast<bool>(device.tp_chunks));  // tp x pp: GPU shards
     require(o.parallel.schedule != "zb-h1", "schedule",
             "--schedule zb-h1 on --device " + o.device + ": the GPU model has no split backward in this build",
             "use --schedule 1f1b (or afab, interleaved:V) on the GPU, or --device cpu for zb-h1");
-    require(o.parallel.backend != "nccl", "backend",
-            pp + " with --backend nccl: the pipeline's messages and its stages' gradients travel through host "
-                 "memory over MPI in this build",
-            "drop --backend nccl (the default, auto, stages them through the host)");
+  }
+  if (o.parallel.backend == "nccl") {
+    // NCCL has no tags and its sends wait for their receive: some lists that run over MPI would
+    // hang (schedule/rendezvous.hpp). Every rank checks all ranks' lists, so all refuse alike.
+    try {
+      check_rendezvous(shape, build_schedules(shape));
+    } catch (const Error& e) {
+      throw ConfigError("schedule: --schedule " + schedule_name(shape) + " with --backend nccl: " + e.what() +
+                        "; use --schedule 1f1b or afab with --backend nccl, or drop --backend nccl (host staging "
+                        "over MPI has tags and sends that never block)");
+    }
   }
   require(o.parallel.schedule != "zb-h1" || o.checkpoint.kind == CheckpointPolicy::Kind::kNone, "checkpoint",
           "--schedule zb-h1 defers weight gradients that read the saved activations, and --checkpoint " +
@@ -67,15 +75,13 @@ void add_peer_copy(Communicator& pp, TrainModel::GradBuffer mine, std::size_t n,
 
 }  // namespace
 
-PipelineStrategy::PipelineStrategy(Communicator& world, const TrainOptions& o, DeviceChunkFactory device_chunks,
-                                   DeviceTpChunkFactory tp_chunks)
+PipelineStrategy::PipelineStrategy(Communicator& world, const TrainOptions& o, PipelineDevice device)
     : world_(world),
       shape_(parse_pipeline_schedule(o.parallel.schedule, o.parallel.pp, o.micro_batches())),
       zero_stage_(o.parallel.zero),
       sequence_parallel_(o.parallel.sequence_parallel),
-      device_chunks_(o.device == "cpu" ? DeviceChunkFactory{} : std::move(device_chunks)),
-      tp_chunks_(o.device == "cpu" ? DeviceTpChunkFactory{} : std::move(tp_chunks)) {
-  refuse_unsupported(o, static_cast<bool>(device_chunks_), static_cast<bool>(tp_chunks_));
+      device_(o.device == "cpu" ? PipelineDevice{} : std::move(device)) {
+  refuse_unsupported(o, shape_, device_);
   grid_ = std::make_unique<ProcessGrid>(world,
                                         GridShape{o.parallel.pp, o.data_parallel_size(world.size()), o.parallel.tp});
   schedule_ = build_schedule(shape_, grid_->coord().pp);
@@ -110,13 +116,13 @@ std::string PipelineStrategy::describe() const {
 
 std::unique_ptr<TrainModel> PipelineStrategy::make_model(const GPTConfig& config, const std::string& precision,
                                                          MemoryTracker* tracker, const TrainModelFactory& /*whole*/) {
-  const StageTensorParallel tp{grid_->shape().tp > 1 ? &grid_->tp() : nullptr, sequence_parallel_, tp_chunks_};
+  const StageTensorParallel tp{grid_->shape().tp > 1 ? &grid_->tp() : nullptr, sequence_parallel_, device_.tp_chunks};
   // Under ZeRO-1 in mixed precision the stage keeps only its replica's shard of the master weights.
   const bool mixed = precision != "fp32";
   const MasterShard master = zero_stage_ > 0 && mixed ? MasterShard{grid_->dp().rank(), grid_->dp().size()}
                                                       : MasterShard{};
   auto model = std::make_unique<PipelineStageModel>(config, shape_, grid_->coord().pp, tracker, tp, precision, master,
-                                                    device_chunks_);
+                                                    device_.chunks);
   stage_ = model.get();
   tracker_ = tracker;
   counted_elsewhere_ = stage_->counted_elsewhere();
@@ -144,12 +150,20 @@ void PipelineStrategy::attach(const StrategyContext& ctx) {
   if (d > 1) {  // the replicas of one stage start from dp rank 0's parameters (as DDP's do)
     stage_->broadcast_params(grid_->dp(), 0);
   }
-  executor_ = std::make_unique<PipelineExecutor>(grid_->pp(), shape_, *stage_, tracker_, &timeline_);
+  // Chunks on a device exchange device messages over the pipeline group's device communicator.
+  MessagePlace place{tracker_, nullptr};
+  if (MemoryTracker* device = stage_->device_memory()) {
+    messages_ = device_.messages(grid_->pp(), device);
+    SCALELAB_CHECK(messages_.comm && messages_.memory, "the pipeline's device messages need a communicator and memory");
+    place.device = messages_.memory.get();
+  }
+  executor_ = std::make_unique<PipelineExecutor>(messages(), shape_, *stage_, place, &timeline_);
 }
 
 void PipelineStrategy::begin_step(const GlobalBatch& /*batch*/) {
   timeline_.clear();
   pp_before_ = grid_->pp().stats();
+  messages_before_ = messages().stats();
   dp_before_ = grid_->dp().stats();
   tp_before_ = grid_->tp().stats();
 }
@@ -183,6 +197,9 @@ void PipelineStrategy::sync_gradients(TrainModel& /*model*/) {
 
   report_ = {};
   report_.bytes_sent += pp.stats()[CommOp::kSend].bytes_sent - pp_before_[CommOp::kSend].bytes_sent;
+  if (messages_.comm)  // the messages' own communicator (the tied embedding's sums stay on pp)
+    report_.bytes_sent += messages_.comm->stats()[CommOp::kSend].bytes_sent -
+                          messages_before_[CommOp::kSend].bytes_sent;
   for (CommOp op : {CommOp::kAllReduce, CommOp::kReduceScatter})
     report_.bytes_sent += grid_->dp().stats()[op].bytes_sent - dp_before_[op].bytes_sent;
   if (grid_->shape().tp > 1)  // the tensor-parallel collectives of every chunk's forward and backward

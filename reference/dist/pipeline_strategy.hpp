@@ -16,9 +16,14 @@
 // sequence parallelism the replicated tensors' gradients are summed over tp before step 1.
 //
 // With --device cuda each chunk computes on the GPU (a DeviceChunkFactory's chunks: see
-// dist/pipeline_stage_model.hpp); the messages, the sums above and the optimizer stay on the host.
+// dist/pipeline_stage_model.hpp), and the messages between them are device memory on a
+// communicator of the pipeline group that moves it: NCCL with --backend nccl (GPU to GPU; the
+// schedules NCCL's untagged, rendezvous sends would hang are refused, schedule/rendezvous.hpp),
+// else host staging over MPI. The sums above and the optimizer stay on the host, where the flat
+// buffers are (ZeRO-Offload's split).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,14 +51,30 @@ struct PipelineBubble {
   std::vector<double> activation_peak_bytes;  // per pipeline rank, the run's peak so far
 };
 
+// The messages of chunks computing on a device: a communicator of the pipeline group that moves
+// device memory, and the memory they take.
+struct PipelineMessages {
+  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<DeviceMessageMemory> memory;
+};
+// Collective over pp (the host communicator of the pipeline group); the memory counted in
+// `device` (the stage's tracker of the device's bytes, which outlives the result).
+using PipelineMessagesFactory = std::function<PipelineMessages(Communicator& pp, MemoryTracker* device)>;
+
+// What a pipeline computing on a device is given (scalelab train's, from CUDA; the tests' twins).
+struct PipelineDevice {
+  DeviceChunkFactory chunks;         // a stage's chunks
+  DeviceTpChunkFactory tp_chunks;    // with --tp: a stage's tensor-parallel shards
+  PipelineMessagesFactory messages;  // the messages between them
+};
+
 class PipelineStrategy final : public ParallelStrategy {
  public:
   // Collective over world: makes the [pp][dp] grid. Throws ConfigError (the same on every rank)
-  // for settings a pipeline does not support (zb-h1 with checkpointing; on a GPU: zb-h1,
-  // --backend nccl, no device_chunks to compute with, and with --tp sequence parallelism or no
-  // tp_chunks: a tp x pp stage's chunks are GPU tensor-parallel shards, dist/device_tp_shard.hpp).
-  PipelineStrategy(Communicator& world, const TrainOptions& options, DeviceChunkFactory device_chunks = {},
-                   DeviceTpChunkFactory tp_chunks = {});
+  // for settings a pipeline does not support (zb-h1 with checkpointing; on a GPU: zb-h1, no
+  // device chunks or messages, with --tp no tp_chunks; with --backend nccl a schedule that would
+  // hang over NCCL).
+  PipelineStrategy(Communicator& world, const TrainOptions& options, PipelineDevice device = {});
   ~PipelineStrategy() override;
 
   std::string describe() const override;
@@ -81,6 +102,8 @@ class PipelineStrategy final : public ParallelStrategy {
   ProcessGrid& grid() { return *grid_; }
   const RankSchedule& schedule() const { return schedule_; }
   const PipelineStepStats& last_step() const { return executor_->stats(); }
+  // The communicator the messages travel on: the pipeline group's, or on a device its device one.
+  Communicator& messages() { return messages_.comm ? *messages_.comm : grid_->pp(); }
   // Collective over the pipeline group (every rank gets the same): from the last step.
   const PipelineBubble& bubble() const { return bubble_; }
   std::string report() const override;
@@ -105,14 +128,14 @@ class PipelineStrategy final : public ParallelStrategy {
   DistributedOptimizer* zero_ = nullptr;  // --zero 1: the wrapper around stage_ the trainer drives
   int zero_stage_ = 0;
   bool sequence_parallel_ = false;
-  DeviceChunkFactory device_chunks_;           // --device cuda: the GPU's chunks
-  DeviceTpChunkFactory tp_chunks_;             // --device cuda with --tp: the GPU's tensor-parallel chunks
+  PipelineDevice device_;                      // --device cuda: the GPU's chunks and messages
+  PipelineMessages messages_;                  // chunks on a device: their messages' communicator and memory
   std::unique_ptr<Communicator> model_group_;  // tp > 1: this replica's (pp, tp) ranks
   IndexRanges counted_elsewhere_;              // the stage's (PipelineStageModel::counted_elsewhere), for the norm
   std::unique_ptr<PipelineExecutor> executor_;
   Timeline timeline_;
   int batch_rows_ = 0;
-  CommStats pp_before_, dp_before_, tp_before_;
+  CommStats pp_before_, messages_before_, dp_before_, tp_before_;
   StepCommReport report_;
   PipelineBubble bubble_;
 };

@@ -55,7 +55,8 @@ StrategyFactory make_strategy_factory(Communicator* world, DeviceFactories devic
     if (o.parallel.pp > 1) {
       require(world != nullptr, "pp", "a pipeline needs a communicator, and this run has none",
               "start the run through scalelab train (mpirun -np N for N ranks)");
-      return std::make_unique<PipelineStrategy>(*world, o, device.pipeline_chunks, device.tp_chunks);
+      return std::make_unique<PipelineStrategy>(
+          *world, o, PipelineDevice{device.pipeline_chunks, device.tp_chunks, device.pipeline_messages});
     }
     if (o.parallel.tp > 1) {
       require(world != nullptr, "tp", "tensor parallelism needs a communicator, and this run has none",

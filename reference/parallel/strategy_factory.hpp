@@ -7,6 +7,7 @@
 #include "dist/ddp_strategy.hpp"
 #include "dist/device_chunk.hpp"
 #include "dist/device_tp_shard.hpp"
+#include "dist/pipeline_strategy.hpp"
 #include "dist/zero_train_model.hpp"
 #include "train/parallel_strategy.hpp"
 
@@ -27,10 +28,11 @@ void check_parallel_options(const TrainOptions& options, int world_size);
 // What a program built with CUDA hands the strategies for --device cuda (the library cannot see
 // CUDA: apps/scalelab/device_models.hpp makes them). Empty: the CPU only.
 struct DeviceFactories {
-  GradCommFactory grad_comm;           // DDP: the gradients' communicator for GPU models
-  ZeroModelFactory zero_model;         // stage 07: ZeRO's model on a GPU
-  DeviceChunkFactory pipeline_chunks;  // stage 05: a pipeline stage's chunks on a GPU
-  DeviceTpChunkFactory tp_chunks;      // stage 06: a tensor-parallel shard's GPU half
+  GradCommFactory grad_comm;                  // DDP: the gradients' communicator for GPU models
+  ZeroModelFactory zero_model;                // stage 07: ZeRO's model on a GPU
+  DeviceChunkFactory pipeline_chunks;         // stage 05: a pipeline stage's chunks on a GPU
+  DeviceTpChunkFactory tp_chunks;             // stage 06: a tensor-parallel shard's GPU half
+  PipelineMessagesFactory pipeline_messages;  // stage 05: the messages between a pipeline's GPU chunks
 };
 
 StrategyFactory make_strategy_factory(Communicator* world, DeviceFactories device = {});

@@ -10,9 +10,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "dist/device_chunk.hpp"
 #include "dist/pipeline_chunk.hpp"
+#include "dist/pipeline_strategy.hpp"
 #include "precision/half.hpp"
 
 namespace scalelab_test {
@@ -65,6 +67,32 @@ struct HostDeviceCopy {
   scalelab::DeviceChunkStorage host_;
 };
 
+// The twin of the GPU's message memory (kernels/dist/device_messages.hpp): host memory standing
+// for device memory, counted as communication memory in the device tracker, so the pipeline's
+// device-message path (dist/pipeline_message.hpp) runs on any machine.
+class TwinMessageMemory final : public scalelab::DeviceMessageMemory {
+ public:
+  explicit TwinMessageMemory(scalelab::MemoryTracker* device) : device_(device) {}
+  std::shared_ptr<void> allocate(std::size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    auto* block = new scalelab::Buffer<unsigned char>(bytes, scalelab::MemCategory::kComm, device_);
+    ++allocations;
+    return std::shared_ptr<void>(block->data(), [block](void*) { delete block; });
+  }
+  int allocations = 0;
+
+ private:
+  scalelab::MemoryTracker* device_;
+};
+
+// The twin of scalelab train's device messages: a copy of the pipeline group (the GPU's
+// communicator moves device memory; MPI moves this "device" memory as well) and the twin memory.
+inline scalelab::PipelineMessagesFactory twin_messages() {
+  return [](scalelab::Communicator& pp, scalelab::MemoryTracker* device) {
+    return scalelab::PipelineMessages{pp.split(0, pp.rank()), std::make_unique<TwinMessageMemory>(device)};
+  };
+}
+
 // A twin (Base: a PipelineChunk) whose chunk calls all go to inner_ (Inner: a CPU chunk or shard,
 // which the twin builds on copy_'s buffers) and whose device hooks are copy_'s.
 template <typename Base, typename Inner>
@@ -88,6 +116,20 @@ class HostCopyTwin : public Base {
   void backward_input(const float* doutput, float loss_scale) override { inner_->backward_input(doutput, loss_scale); }
   void backward_weight() override { inner_->backward_weight(); }
   const float* input_grad() const override { return inner_->input_grad(); }
+  // The boundary as the GPU chunks take it: device messages in the boundary type (here host memory
+  // standing for it), refused in host memory, as the GPU chunks refuse them.
+  float forward_message(const int* tokens, scalelab::Message& input, const int* targets, int B, int T) override {
+    return inner_->forward_slice(tokens, widened(input), targets, B, T);
+  }
+  void backward_message(scalelab::Message& doutput, float loss_scale) override {
+    inner_->backward_slice(widened(doutput), loss_scale);
+  }
+  scalelab::Message output_message(std::size_t n, const scalelab::MessagePlace& place) const override {
+    return narrowed(inner_->output(), n, place);
+  }
+  scalelab::Message input_grad_message(std::size_t n, const scalelab::MessagePlace& place) const override {
+    return narrowed(inner_->input_grad(), n, place);
+  }
   void stash_activations(int key) override { inner_->stash_activations(key); }
   void restore_activations(int key) override { inner_->restore_activations(key); }
   void release_activations() override { inner_->release_activations(); }
@@ -108,6 +150,33 @@ class HostCopyTwin : public Base {
  protected:
   HostDeviceCopy copy_;
   std::unique_ptr<Inner> inner_;
+
+ private:
+  std::optional<scalelab::HalfFormat> half_of(scalelab::DataType type) const {
+    if (type == scalelab::DataType::kFloat32) return std::nullopt;
+    return type == scalelab::DataType::kBFloat16 ? scalelab::HalfFormat::kBF16 : scalelab::HalfFormat::kFP16;
+  }
+  // A device message's values as the fp32 the CPU chunk reads (null for none).
+  const float* widened(scalelab::Message& m) {
+    if (m.empty()) return nullptr;
+    if (!m.on_device()) throw scalelab::Error("the twin of a GPU chunk got a host message");
+    staging_.resize(m.size());
+    if (const auto half = half_of(m.type()))
+      scalelab::half_to_float(staging_.data(), static_cast<const std::uint16_t*>(m.data()), m.size(), *half);
+    else
+      std::memcpy(staging_.data(), m.data(), m.bytes());
+    return staging_.data();
+  }
+  scalelab::Message narrowed(const float* values, std::size_t n, const scalelab::MessagePlace& place) const {
+    if (!place.on_device()) throw scalelab::Error("the twin of a GPU chunk was asked for a host message");
+    scalelab::Message m(n, inner_->boundary_type(), place);
+    if (const auto half = half_of(m.type()))
+      scalelab::float_to_half(static_cast<std::uint16_t*>(m.data()), values, n, *half);
+    else
+      std::memcpy(m.data(), values, m.bytes());
+    return m;
+  }
+  std::vector<float> staging_;  // the last message widened
 };
 
 }  // namespace scalelab_test

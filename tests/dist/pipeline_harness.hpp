@@ -8,6 +8,7 @@
 #include "compare.hpp"
 #include "ddp_fixtures.hpp"
 #include "dist/pipeline_strategy.hpp"
+#include "host_device_copy.hpp"
 #include "model/params.hpp"
 #include "optim/adamw.hpp"
 #include "parallel/strategy_factory.hpp"
@@ -37,7 +38,8 @@ struct PipelineHarness : StrategyHarness {
     options.parallel.micro_batches = m;
     options.parallel.schedule = schedule;
     options.adamw.lr = 1e-3;
-    strategy = std::make_unique<scalelab::PipelineStrategy>(world, options, std::move(device));
+    strategy = std::make_unique<scalelab::PipelineStrategy>(
+        world, options, scalelab::PipelineDevice{std::move(device), {}, twin_messages()});
     start(*strategy, config, seed, {}, "pipeline test");
   }
   scalelab::PipelineStageModel& stage() { return strategy->stage(); }

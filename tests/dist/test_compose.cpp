@@ -326,7 +326,8 @@ TEST_CASE(
   if (world.size() != 4 && world.size() != 8) return;  // test_compose_mpi runs on 4 and 8 ranks
   const Layout l = world.size() == 8 ? Layout{"dp 2 x tp 2 x pp 2", 2, 2} : Layout{"tp 2 x pp 2", 2, 2};
   const StrategyFactory on_device = [&world](const TrainOptions& opts) -> std::unique_ptr<ParallelStrategy> {
-    return std::make_unique<PipelineStrategy>(world, opts, HostCopyChunk::factory(), HostCopyTpChunk::factory());
+    return std::make_unique<PipelineStrategy>(
+        world, opts, PipelineDevice{HostCopyChunk::factory(), HostCopyTpChunk::factory(), twin_messages()});
   };
   const TrainModelFactory unused = [](const GPTConfig&, const std::string&,
                                       MemoryTracker*) -> std::unique_ptr<TrainModel> {

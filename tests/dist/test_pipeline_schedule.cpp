@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "schedule/pipeline_schedule.hpp"
 #include "schedule/pipeline_sim.hpp"
+#include "schedule/rendezvous.hpp"
 
 using namespace scalelab;
 
@@ -91,6 +92,17 @@ std::string expect_error(const PipelineShape& shape, const std::vector<RankSched
     return e.what();
   }
   FAIL("the simulation of a wrong " << label(shape) << " schedule completed without an error");
+  return "";
+}
+
+// The same for the rendezvous check (NCCL's rules): its error, or a failure if it passed.
+std::string expect_rendezvous_error(const PipelineShape& shape, const std::vector<RankSchedule>& lists) {
+  try {
+    check_rendezvous(shape, lists);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  FAIL("the rendezvous check of " << label(shape) << " passed");
   return "";
 }
 
@@ -424,5 +436,65 @@ TEST_CASE("wrong schedules are caught: a short warm-up, a deadlock, messages out
     const std::string msg = expect_error(s, lists);
     INFO(msg);
     CHECK(contains(msg, "rank 2's send activation of micro-batch 7 (chunk 0) to rank 3 is never received"));
+  }
+}
+
+TEST_CASE("over NCCL (untagged, rendezvous sends): afab, 1f1b and zb-h1 run; interleaved only with m = p",
+          "[pipeline][rendezvous]") {
+  // The executor's groups over NCCL (schedule/rendezvous.hpp): the sends queued since the last
+  // receive go with it, and the host waits for the whole group. Every list the builders give for
+  // afab, 1f1b and zb-h1 completes that way; interleaved's warm-up sends activations around the
+  // ring (the last rank to rank 0) ahead of the receives that take them, and with m > p two ranks
+  // end up each in a send whose receive the other posts only later.
+  // (p = 1 trains without a pipeline: its self-messages never reach a communicator.)
+  for (const PipelineShape& s : all_shapes()) {
+    if (s.stages == 1) continue;
+    INFO(label(s));
+    const std::vector<RankSchedule> lists = build_schedules(s);
+    simulate_pipeline(s, lists, ActionCosts{});  // MPI's rules: every shape runs
+    const bool runs = s.kind != PipeScheduleKind::kInterleaved || s.micro_batches == s.stages;
+    if (runs) {
+      CHECK_NOTHROW(check_rendezvous(s, lists));
+    } else {
+      const std::string msg = expect_rendezvous_error(s, lists);
+      INFO(msg);
+      CHECK(contains(msg, "deadlocks over an untagged backend"));
+    }
+  }
+}
+
+TEST_CASE("the rendezvous check counts the groups, names a cycle, and catches messages NCCL would mix up",
+          "[pipeline][rendezvous]") {
+  SECTION("1f1b, p = 2, m = 1: rank 0 posts one group (send, receive), rank 1 two (receive; send)") {
+    const PipelineShape s = make_shape(PipeScheduleKind::k1F1B, 2, 1);
+    CHECK(check_rendezvous(s, build_schedules(s)) == 3);
+  }
+  SECTION("interleaved:2, p = 2, m = 4: each rank waits on a send the other receives later") {
+    const PipelineShape s = make_shape(PipeScheduleKind::kInterleaved, 2, 4, 2);
+    const std::string msg = expect_rendezvous_error(s, build_schedules(s));
+    INFO(msg);
+    CHECK(contains(msg,
+                   "rank 0 waits in its group 3: send gradient of micro-batch 0 (chunk 1) to rank 1 (done), send "
+                   "activation of micro-batch 3 (chunk 0) to rank 1"));
+    CHECK(contains(msg, "rank 1 waits in its group 5: send activation of micro-batch 2 (chunk 0) to rank 0"));
+  }
+  SECTION("a gradient sent before an activation between the same two ranks: MPI's tags tell them apart, NCCL not") {
+    // interleaved:2 with p = 2 carries activations and gradients from rank 0 to rank 1. Rank 0
+    // sends two of them in the other order: over MPI each still meets its receive by tag (the
+    // simulator matches activations and gradients apart); over NCCL the k-th send meets the k-th
+    // receive, and a gradient would land in the buffer of an activation.
+    const PipelineShape s = make_shape(PipeScheduleKind::kInterleaved, 2, 2, 2);
+    std::vector<RankSchedule> lists = build_schedules(s);
+    RankSchedule& r0 = lists[0];
+    const auto activation = std::find(r0.begin(), r0.end(), Action{ActionKind::kSendActivation, 1, 1});
+    const auto gradient = std::find(r0.begin(), r0.end(), Action{ActionKind::kSendGrad, 0, 1});
+    REQUIRE(activation < gradient);
+    REQUIRE(gradient != r0.end());
+    std::iter_swap(activation, gradient);
+    simulate_pipeline(s, lists, ActionCosts{});  // still fine under MPI's rules
+    const std::string msg = expect_rendezvous_error(s, lists);
+    INFO(msg);
+    CHECK(contains(msg, "over an untagged backend (NCCL): rank 0's message"));
+    CHECK(contains(msg, "but rank 1's receive"));
   }
 }

@@ -41,8 +41,12 @@ const char* short_name(ActionKind k) {
 }  // namespace
 
 PipelineExecutor::PipelineExecutor(Communicator& pp, const PipelineShape& shape, PipelineStageModel& model,
-                                   MemoryTracker* tracker, Timeline* timeline)
-    : pp_(pp), shape_(shape), model_(model), tracker_(tracker), timeline_(timeline), rank_(pp.rank()) {
+                                   MessagePlace place, Timeline* timeline)
+    : pp_(pp), shape_(shape), model_(model), place_(place), timeline_(timeline), rank_(pp.rank()) {
+  // (A host communicator with device messages is the tests' CPU twin of a GPU's: its "device"
+  // memory is host memory.)
+  SCALELAB_CHECK(pp.memory_space() == MemorySpace::kHost || place.on_device(), "the pipeline's ", pp.backend(),
+                 " communicator moves device memory, but its messages are in host memory");
   SCALELAB_CHECK(pp.size() == shape.stages, "the pipeline group has ", pp.size(), " ranks, the schedule ",
                  shape.stages);
   SCALELAB_CHECK(model.chunk_count() == shape.chunks, "the stage holds ", model.chunk_count(), " chunks, the schedule ",
@@ -124,8 +128,8 @@ Message PipelineExecutor::take_received(int grad, const Action& a) {
   return m;
 }
 
-void PipelineExecutor::keep_for_sending(int grad, const Action& a, const float* data) {
-  outbox_[{grad, a.micro_batch, a.chunk}] = Message::of(data, message_elements(), message_type(), tracker_);
+void PipelineExecutor::keep_for_sending(int grad, const Action& a, Message message) {
+  outbox_[{grad, a.micro_batch, a.chunk}] = std::move(message);
 }
 
 void PipelineExecutor::forward(const Action& a) {
@@ -134,9 +138,9 @@ void PipelineExecutor::forward(const Action& a) {
   const int* tokens = chunk.slice().embeddings ? inputs_ + offset : nullptr;
   const int* targets = chunk.slice().head ? targets_ + offset : nullptr;
   Message input = has_previous(a.chunk) ? take_received(0, a) : Message();
-  const float loss = chunk.forward_slice(tokens, input.as_float(), targets, micro_, T_);
+  const float loss = chunk.forward_message(tokens, input, targets, micro_, T_);
   if (chunk.slice().head) loss_sum_ += loss;
-  if (has_next(a.chunk)) keep_for_sending(0, a, chunk.output());
+  if (has_next(a.chunk)) keep_for_sending(0, a, chunk.output_message(message_elements(), place_));
   chunk.stash_activations(a.micro_batch);
   stats_.peak_in_flight = std::max(stats_.peak_in_flight, static_cast<int>(model_.stashed_count()));
 }
@@ -151,8 +155,8 @@ void PipelineExecutor::backward(const Action& a, bool input_only) {
   if (input_only)
     chunk.backward_input(dout.as_float(), scale);
   else
-    chunk.backward_slice(dout.as_float(), scale);
-  if (has_previous(a.chunk)) keep_for_sending(1, a, chunk.input_grad());
+    chunk.backward_message(dout, scale);
+  if (has_previous(a.chunk)) keep_for_sending(1, a, chunk.input_grad_message(message_elements(), place_));
   if (input_only)
     chunk.stash_activations(a.micro_batch);  // W still reads them
   else
@@ -209,13 +213,13 @@ double PipelineExecutor::evaluate(const int* inputs, const int* targets, int row
     PipelineChunk& chunk = model_.chunk_at(s / shape_.stages);
     Message in;
     if (s > 0) {
-      in = Message(n, message_type(), tracker_);
+      in = Message(n, message_type(), place_);
       pp_.recv(in.data(), n, in.type(), (s - 1) % shape_.stages, 2 * s);
     }
-    const float l = chunk.forward_slice(inputs, in.as_float(), targets, rows, T);
+    const float l = chunk.forward_message(inputs, in, targets, rows, T);
     if (s == S - 1) loss = l;
     if (s < S - 1) {
-      Message out = Message::of(chunk.output(), n, message_type(), tracker_);
+      Message out = chunk.output_message(n, place_);
       pp_.send(out.data(), n, out.type(), (s + 1) % shape_.stages, 2 * (s + 1));
     }
     chunk.release_activations();

@@ -26,6 +26,7 @@
 #include "dist/pipeline_strategy.hpp"
 #include "io/checkpoint.hpp"
 #include "kernels/core/cuda_check.hpp"
+#include "kernels/dist/device_messages.hpp"
 #include "kernels/dist/gpu_pipeline_chunk.hpp"
 #include "kernels/model/gpu_gpt.hpp"
 #include "model/gpt.hpp"
@@ -64,7 +65,9 @@ struct GpuPipelineHarness : StrategyHarness {
     options.parallel.pp = world.size();
     options.parallel.micro_batches = m;
     options.parallel.schedule = schedule;
-    strategy = std::make_unique<PipelineStrategy>(world, options, cuda::make_gpu_pipeline_chunk);
+    // The ranks share one GPU: the messages are staged through the host (NCCL would refuse).
+    strategy = std::make_unique<PipelineStrategy>(
+        world, options, PipelineDevice{cuda::make_gpu_pipeline_chunk, {}, cuda::make_staged_pipeline_messages});
     start(*strategy, config_from(kPipeShape), kPipeSeed, {}, "GPU pipeline test");
   }
   PipelineStageModel& stage() { return strategy->stage(); }

@@ -23,6 +23,7 @@
 #include "batch.hpp"
 #include "compare.hpp"
 #include "ddp_fixtures.hpp"
+#include "kernels/dist/device_messages.hpp"
 #include "kernels/dist/gpu_pipeline_chunk.hpp"
 #include "kernels/dist/gpu_tp_chunk.hpp"
 #include "kernels/dist/host_staging_communicator.hpp"
@@ -156,6 +157,7 @@ TEST_CASE("tp x pp on the GPU: tensor-parallel pipeline stages train as stage 01
   DeviceFactories device;
   device.pipeline_chunks = cuda::make_gpu_pipeline_chunk;
   device.tp_chunks = gpu_chunks();
+  device.pipeline_messages = cuda::make_staged_pipeline_messages;
   const TrainModelFactory unused = [](const GPTConfig&, const std::string&,
                                       MemoryTracker*) -> std::unique_ptr<TrainModel> {
     throw Error("the pipeline builds its own stage");

@@ -1,0 +1,34 @@
+// Stage 05 over NCCL: a schedule's messages on a backend without tags whose sends complete only
+// when the receiver takes them.
+//
+// Over MPI the executor (dist/pipeline_executor.hpp) relies on two things that NCCL's
+// point-to-point does not give: tags, so that an activation and a gradient travelling between
+// the same two ranks cannot be taken for one another, and sends that never block (MPI buffers a
+// small message, and an isend returns at once). NCCL matches the k-th send from rank a to rank b
+// with the k-th receive on b from a, whatever they carry, and a send finishes only while the
+// receiver's matching receive runs. On top of that, the NCCL communicator (kernels/comm/
+// nccl_communicator.hpp) queues isends and launches them with the next receive, as one group
+// that the host then waits for as a whole. So the executor's rank posts, over NCCL:
+//
+//   at each receive    one group: the sends queued since the last group, then the receive;
+//                      the host waits until the whole group has finished
+//   at the step's end  one group of the sends still queued
+//
+// and a group finishes once every one of its operations has met its partner, which happens
+// while both ranks run the groups that hold them. check_rendezvous runs every rank's groups in
+// that model and throws if two ranks' k-th messages between them differ, or if the groups can
+// no longer move (a cycle of ranks each waiting on a group the next has not reached). The
+// simulator (schedule/pipeline_sim.hpp) checks the same lists under MPI's rules.
+#pragma once
+
+#include <vector>
+
+#include "schedule/pipeline_schedule.hpp"
+
+namespace scalelab {
+
+// Throws Error naming the two mismatched messages, or each blocked rank and the group it waits
+// in; returns the number of groups every rank posted in all.
+int check_rendezvous(const PipelineShape& shape, const std::vector<RankSchedule>& schedules);
+
+}  // namespace scalelab
