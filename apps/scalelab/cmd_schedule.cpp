@@ -1,6 +1,7 @@
 // `scalelab schedule`: a pipeline schedule on paper (stage 05). Builds every rank's action list,
 // simulates it with the given costs and prints a Gantt chart, each rank's warm-up forwards and
-// peak micro-batches in flight against their formulas, and the bubble simulated and by formula.
+// peak micro-batches in flight against their formulas, the bubble simulated and by formula, and
+// whether the lists run over NCCL.
 //
 //   scalelab schedule --pp 4 --micro-batches 8 --schedule 1f1b
 //   scalelab schedule --pp 4 --micro-batches 8 --schedule zb-h1 --forward-cost 1 --backward-cost 1 --weight-cost 1
@@ -17,6 +18,7 @@
 #include "core/error.hpp"
 #include "schedule/pipeline_schedule.hpp"
 #include "schedule/pipeline_sim.hpp"
+#include "schedule/rendezvous.hpp"
 
 namespace scalelab::cli {
 
@@ -70,6 +72,15 @@ void run_schedule(const ScheduleFlags& f) {
   std::printf("makespan %.6g, busy %.6g of %d x %.6g; bubble simulated %.6f, formula %.6f\n", timeline.makespan,
               timeline.busy, shape.stages, timeline.makespan, timeline.bubble_fraction,
               bubble_fraction_formula(shape, costs));
+  // The same lists under NCCL's rules (scalelab train --backend nccl): no tags, and a send
+  // finishes only while its receive runs (schedule/rendezvous.hpp).
+  if (shape.stages < 2) return;
+  try {
+    const int groups = check_rendezvous(shape, build_schedules(shape));
+    std::printf("over NCCL (no tags, sends wait for their receive): runs, in %d groups of messages\n", groups);
+  } catch (const Error& e) {
+    std::printf("over NCCL: refused by scalelab train --backend nccl, as %s\n", e.what());
+  }
 }
 
 }  // namespace

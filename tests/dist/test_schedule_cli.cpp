@@ -33,6 +33,11 @@ TEST_CASE("scalelab schedule prints one row per rank, the formulas and the bubbl
   INFO(il.output);
   REQUIRE(il.status == 0);
   CHECK(il.output.find("bubble simulated 0.157895, formula 0.157895") != std::string::npos);  // 3 / 19
+  // Under NCCL's rules (schedule/rendezvous.hpp) 1f1b runs and interleaved with m > p hangs: the
+  // last line says which.
+  CHECK(r.output.find("over NCCL (no tags, sends wait for their receive): runs, in ") != std::string::npos);
+  CHECK(il.output.find("over NCCL: refused by scalelab train --backend nccl, as pipeline schedule interleaved:2 "
+                       "deadlocks") != std::string::npos);
 }
 
 TEST_CASE("scalelab schedule rejects bad settings with exit status 2 and the message", "[cli]") {
