@@ -19,8 +19,9 @@
 // same rule (tests/dist/test_pipeline_schedule.cpp checks every schedule, p and m), so every
 // receive's message is eventually sent. Messages carry a tag naming (micro-batch, model stage,
 // direction), so a mismatched order is an error, not a wrong answer. NCCL has neither tags nor
-// sends that never block; schedule/rendezvous.hpp checks a schedule under its rules, and the
-// pipeline strategy refuses the schedules it finds would hang or mix messages up.
+// sends that never block; schedule/rendezvous.hpp checks a schedule under its rules, and over
+// NCCL the pipeline strategy gives the executor lists whose stuck sends were moved later until
+// they pass (rendezvous_schedules).
 #pragma once
 
 #include <cstdint>

@@ -20,7 +20,7 @@ namespace scalelab {
 namespace {
 
 // What this build's pipeline cannot do: one clear refusal each, raised on every rank.
-void refuse_unsupported(const TrainOptions& o, const PipelineShape& shape, const PipelineDevice& device) {
+void refuse_unsupported(const TrainOptions& o, const PipelineDevice& device) {
   const std::string pp = "--pp " + std::to_string(o.parallel.pp);
   if (o.device != "cpu") {
     require(device.chunks && device.messages, "device",
@@ -30,17 +30,6 @@ void refuse_unsupported(const TrainOptions& o, const PipelineShape& shape, const
     require(o.parallel.schedule != "zb-h1", "schedule",
             "--schedule zb-h1 on --device " + o.device + ": the GPU model has no split backward in this build",
             "use --schedule 1f1b (or afab, interleaved:V) on the GPU, or --device cpu for zb-h1");
-  }
-  if (o.parallel.backend == "nccl") {
-    // NCCL has no tags and its sends wait for their receive: some lists that run over MPI would
-    // hang (schedule/rendezvous.hpp). Every rank checks all ranks' lists, so all refuse alike.
-    try {
-      check_rendezvous(shape, build_schedules(shape));
-    } catch (const Error& e) {
-      throw ConfigError("schedule: --schedule " + schedule_name(shape) + " with --backend nccl: " + e.what() +
-                        "; use --schedule 1f1b or afab with --backend nccl, or drop --backend nccl (host staging "
-                        "over MPI has tags and sends that never block)");
-    }
   }
   require(o.parallel.schedule != "zb-h1" || o.checkpoint.kind == CheckpointPolicy::Kind::kNone, "checkpoint",
           "--schedule zb-h1 defers weight gradients that read the saved activations, and --checkpoint " +
@@ -81,10 +70,22 @@ PipelineStrategy::PipelineStrategy(Communicator& world, const TrainOptions& o, P
       zero_stage_(o.parallel.zero),
       sequence_parallel_(o.parallel.sequence_parallel),
       device_(o.device == "cpu" ? PipelineDevice{} : std::move(device)) {
-  refuse_unsupported(o, shape_, device_);
+  refuse_unsupported(o, device_);
   grid_ = std::make_unique<ProcessGrid>(world,
                                         GridShape{o.parallel.pp, o.data_parallel_size(world.size()), o.parallel.tp});
-  schedule_ = build_schedule(shape_, grid_->coord().pp);
+  // Over NCCL (no tags; a send finishes only while its receive runs) some lists would hang as
+  // built: there the stuck sends go into the next group (schedule/rendezvous.hpp). Every rank
+  // derives all ranks' lists alike, so they agree.
+  if (o.parallel.backend == "nccl") {
+    try {
+      schedule_ = rendezvous_schedules(shape_)[grid_->coord().pp];
+    } catch (const Error& e) {
+      throw ConfigError("schedule: --schedule " + schedule_name(shape_) + " with --backend nccl: " + e.what() +
+                        "; drop --backend nccl (host staging over MPI has tags and sends that never block)");
+    }
+  } else {
+    schedule_ = build_schedule(shape_, grid_->coord().pp);
+  }
   // Saving gathers the whole model from replica 0's ranks: its pipeline group, or with tensor
   // parallelism every (pp, tp) rank of it (collective over the world, so made here, by every rank).
   if (o.parallel.tp > 1) model_group_ = world.split(grid_->coord().dp, world.rank());

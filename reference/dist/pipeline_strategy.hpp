@@ -18,9 +18,9 @@
 // With --device cuda each chunk computes on the GPU (a DeviceChunkFactory's chunks: see
 // dist/pipeline_stage_model.hpp), and the messages between them are device memory on a
 // communicator of the pipeline group that moves it: NCCL with --backend nccl (GPU to GPU; the
-// schedules NCCL's untagged, rendezvous sends would hang are refused, schedule/rendezvous.hpp),
-// else host staging over MPI. The sums above and the optimizer stay on the host, where the flat
-// buffers are (ZeRO-Offload's split).
+// lists with the sends NCCL's untagged, rendezvous sends would hang on delayed,
+// schedule/rendezvous.hpp), else host staging over MPI. The sums above and the optimizer stay on the host, where the
+// flat buffers are (ZeRO-Offload's split).
 #pragma once
 
 #include <functional>
@@ -72,8 +72,8 @@ class PipelineStrategy final : public ParallelStrategy {
  public:
   // Collective over world: makes the [pp][dp] grid. Throws ConfigError (the same on every rank)
   // for settings a pipeline does not support (zb-h1 with checkpointing; on a GPU: zb-h1, no
-  // device chunks or messages, with --tp no tp_chunks; with --backend nccl a schedule that would
-  // hang over NCCL).
+  // device chunks or messages, with --tp no tp_chunks). With --backend nccl the rank runs its
+  // list from rendezvous_schedules.
   PipelineStrategy(Communicator& world, const TrainOptions& options, PipelineDevice device = {});
   ~PipelineStrategy() override;
 

@@ -2,6 +2,7 @@
 // rendezvous.hpp).
 #include "schedule/rendezvous.hpp"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <utility>
@@ -20,7 +21,8 @@ struct Op {
   Action action;
   int peer = 0;
   int group = 0;
-  int partner = -1;  // index into the peer's ops
+  std::size_t index = 0;  // in the rank's list
+  int partner = -1;       // index into the peer's ops
   bool done = false;
 };
 
@@ -52,20 +54,32 @@ std::string describe_group(const std::vector<Op>& ops, int group) {
   return s;
 }
 
-}  // namespace
+// The lists replayed under NCCL's rules: the number of groups, or (error set) where they stopped,
+// with the sends that hold a stuck group while their receive waits in a later group of the peer.
+struct Replay {
+  int groups = 0;
+  std::string error;
+  std::vector<std::vector<std::size_t>> stuck_sends;  // per rank: list indices
+  std::vector<std::vector<std::size_t>> closing;      // per rank: list index of each group's receive
+};
 
-int check_rendezvous(const PipelineShape& shape, const std::vector<RankSchedule>& schedules) {
+Replay replay(const PipelineShape& shape, const std::vector<RankSchedule>& schedules) {
   const int p = shape.stages;
   SCALELAB_CHECK(static_cast<int>(schedules.size()) == p, "check_rendezvous: ", schedules.size(), " action lists for ",
                  p, " ranks");
+  Replay out;
+  out.stuck_sends.resize(p);
+  out.closing.resize(p);
   // Each rank's operations, grouped as the executor posts them over NCCL.
   std::vector<std::vector<Op>> ops(p);
   std::vector<int> groups(p, 0);
   for (int r = 0; r < p; ++r) {
     bool queued = false;  // sends waiting for the next group
-    for (const Action& a : schedules[r]) {
+    for (std::size_t i = 0; i < schedules[r].size(); ++i) {
+      const Action& a = schedules[r][i];
       if (!is_message(a.kind)) continue;
-      ops[r].push_back({a, action_peer(shape, r, a), groups[r]});
+      ops[r].push_back({a, action_peer(shape, r, a), groups[r], i});
+      if (!is_send(a.kind)) out.closing[r].push_back(i);
       if (is_send(a.kind)) {
         queued = true;
       } else {
@@ -132,17 +146,66 @@ int check_rendezvous(const PipelineShape& shape, const std::vector<RankSchedule>
     }
   }
   std::string blocked;
-  int total = 0;
   for (int r = 0; r < p; ++r) {
-    total += groups[r];
-    if (current[r] < groups[r])
-      blocked += "\n  rank " + std::to_string(r) + " waits in its group " + std::to_string(current[r]) + ": " +
-                 describe_group(ops[r], current[r]);
+    out.groups += groups[r];
+    if (current[r] == groups[r]) continue;
+    blocked += "\n  rank " + std::to_string(r) + " waits in its group " + std::to_string(current[r]) + ": " +
+               describe_group(ops[r], current[r]);
+    for (const Op& op : ops[r])
+      if (op.group == current[r] && !op.done && is_send(op.action.kind) &&
+          ops[op.peer][op.partner].group > current[op.peer])
+        out.stuck_sends[r].push_back(op.index);
   }
   if (!blocked.empty())
-    throw Error("pipeline schedule " + schedule_name(shape) +
-                " deadlocks over an untagged backend whose sends wait for their receive (NCCL):" + blocked);
-  return total;
+    out.error = "pipeline schedule " + schedule_name(shape) +
+                " deadlocks over an untagged backend whose sends wait for their receive (NCCL):" + blocked;
+  return out;
+}
+
+// Moves each stuck send of rank r past the receive that closes its group, into the next group
+// (sends only ever move later: after the compute that produced them, in their order). Returns
+// whether any moved (a send in a rank's last group, which no receive closes, cannot).
+bool delay_stuck_sends(const Replay& replayed, std::vector<RankSchedule>& lists) {
+  bool moved = false;
+  for (std::size_t r = 0; r < lists.size(); ++r) {
+    const std::vector<std::size_t>& stuck = replayed.stuck_sends[r];
+    if (stuck.empty()) continue;
+    const std::vector<std::size_t>& closing = replayed.closing[r];
+    std::map<std::size_t, std::vector<Action>> after;  // a receive's list index -> sends to put after it
+    for (std::size_t i : stuck) {
+      const auto next = std::upper_bound(closing.begin(), closing.end(), i);
+      if (next != closing.end()) after[*next].push_back(lists[r][i]);
+    }
+    if (after.empty()) continue;
+    RankSchedule rebuilt;
+    for (std::size_t i = 0; i < lists[r].size(); ++i) {
+      const bool moving = std::find(stuck.begin(), stuck.end(), i) != stuck.end() &&
+                          std::upper_bound(closing.begin(), closing.end(), i) != closing.end();
+      if (!moving) rebuilt.push_back(lists[r][i]);
+      if (const auto it = after.find(i); it != after.end())
+        rebuilt.insert(rebuilt.end(), it->second.begin(), it->second.end());
+    }
+    lists[r] = std::move(rebuilt);
+    moved = true;
+  }
+  return moved;
+}
+
+}  // namespace
+
+int check_rendezvous(const PipelineShape& shape, const std::vector<RankSchedule>& schedules) {
+  const Replay replayed = replay(shape, schedules);
+  if (!replayed.error.empty()) throw Error(replayed.error);
+  return replayed.groups;
+}
+
+std::vector<RankSchedule> rendezvous_schedules(const PipelineShape& shape) {
+  std::vector<RankSchedule> lists = build_schedules(shape);
+  for (;;) {
+    const Replay replayed = replay(shape, lists);
+    if (replayed.error.empty()) return lists;
+    if (!delay_stuck_sends(replayed, lists)) throw Error(replayed.error);
+  }
 }
 
 }  // namespace scalelab

@@ -19,6 +19,12 @@
 // that model and throws if two ranks' k-th messages between them differ, or if the groups can
 // no longer move (a cycle of ranks each waiting on a group the next has not reached). The
 // simulator (schedule/pipeline_sim.hpp) checks the same lists under MPI's rules.
+//
+// afab, 1f1b and zb-h1 run over NCCL as built, and so does interleaved with m = p. With m > p,
+// interleaved's warm-up sends activations round the ring (the last rank feeds rank 0's next
+// chunk) ahead of the receives that take them, and two ranks end up each in a send whose receive
+// the other posts in a later group. rendezvous_schedules repairs that by delaying such sends into
+// the next group, which is what scalelab train --backend nccl runs.
 #pragma once
 
 #include <vector>
@@ -30,5 +36,12 @@ namespace scalelab {
 // Throws Error naming the two mismatched messages, or each blocked rank and the group it waits
 // in; returns the number of groups every rank posted in all.
 int check_rendezvous(const PipelineShape& shape, const std::vector<RankSchedule>& schedules);
+
+// The lists of build_schedules with sends delayed until NCCL can run them: replayed, and while
+// some group is stuck on a send whose receive the peer posts in a later group, that send moves
+// past its group's receive, into the next group (a send may always go later: after the compute
+// that produced it, in its order). The compute order, and so the activations held, do not
+// change. Throws the replay's Error if no send can move.
+std::vector<RankSchedule> rendezvous_schedules(const PipelineShape& shape);
 
 }  // namespace scalelab

@@ -27,8 +27,9 @@ struct PipelineHarness : StrategyHarness {
   PipelineHarness(scalelab::Communicator& world, const scalelab::GPTConfig& config, int pp, int m,
                   const std::string& schedule, int batch, int seq_len, std::uint64_t seed,
                   const std::string& precision = "fp32", double scale = 1.0, int zero = 0,
-                  scalelab::DeviceChunkFactory device = {}) {
+                  scalelab::DeviceChunkFactory device = {}, const std::string& backend = "auto") {
     if (device) options.device = "cuda";  // the stage's device path, with `device`'s chunks
+    options.parallel.backend = backend;   // nccl: the lists NCCL runs (schedule/rendezvous.hpp)
     options.precision = precision;
     options.parallel.zero = zero;
     loss_scale = scale;

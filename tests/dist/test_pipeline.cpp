@@ -37,6 +37,7 @@
 #include "pipeline_harness.hpp"
 #include "prior_stage.hpp"
 #include "resume_runs.hpp"
+#include "schedule/rendezvous.hpp"
 #include "train/accumulate.hpp"
 #include "train/fp32_model.hpp"
 #include "train/trainer.hpp"
@@ -396,6 +397,32 @@ TEST_CASE("the stage's device path (--device cuda) equals the CPU pipeline, with
   }
 }
 
+TEST_CASE("the lists NCCL runs (sends delayed) train bit for bit as the lists as built", "[pipeline_rendezvous]") {
+  // --backend nccl runs rendezvous_schedules' lists (schedule/rendezvous.hpp): for interleaved
+  // with m > p some sends wait for a later group. The compute order is the same, so the same
+  // arithmetic: the losses and gradients of 2 steps bit for bit, here over MPI (which runs both),
+  // and the executor's checks (a send only after the compute that produces it) hold on them.
+  Communicator& world = test_world();
+  const int p = world.size();
+  if (p < 2) return;
+  for (const auto& [schedule, m] : std::vector<std::pair<std::string, int>>{{"interleaved:2", 2 * p}, {"1f1b", 5}}) {
+    const int B = kRows * m;
+    const Batch batch = random_batch(kShape.V, B, kShape.T, 31);
+    INFO(where(world) << ", " << schedule << ", m " << m);
+    PipelineHarness built(world, config(), p, m, schedule, B, kShape.T, kSeed);
+    PipelineHarness nccl(world, config(), p, m, schedule, B, kShape.T, kSeed, "fp32", 1.0, 0, {}, "nccl");
+    CHECK((nccl.strategy->schedule() != built.strategy->schedule()) == (schedule != "1f1b"));
+    for (int step = 0; step < 2; ++step) {
+      CHECK(nccl.forward_backward(batch.tokens, batch.targets) == built.forward_backward(batch.tokens, batch.targets));
+      CHECK_MATCH(compare_bitwise("gradients, NCCL's lists vs as built", nccl.stage().fp32_grads(),
+                                  built.stage().fp32_grads(), built.stage().num_params()));
+      CHECK(nccl.strategy->last_step().peak_in_flight == built.strategy->last_step().peak_in_flight);
+      nccl.update();
+      built.update();
+    }
+  }
+}
+
 namespace {
 // make() must throw a ConfigError containing `expected` on this rank, and (the same settings
 // everywhere) on every rank: none hangs, none goes on.
@@ -468,9 +495,6 @@ TEST_CASE("what the GPU pipeline does not do is refused by name, before any GPU 
       {"no device messages given", true, false, 1, "1f1b", 2, "auto", "gave the pipeline no GPU model chunks"},
       {"zb-h1", true, true, 1, "zb-h1", 2, "auto", "--schedule zb-h1 on --device cuda"},
       {"tp x pp without GPU shards", true, true, 2, "1f1b", 2, "auto", "gave it no GPU shards"},
-      // NCCL's untagged, rendezvous sends would hang this list (schedule/rendezvous.hpp).
-      {"interleaved over nccl", true, true, 1, "interleaved:2", 4, "nccl",
-       "--schedule interleaved:2 with --backend nccl: pipeline schedule interleaved:2 deadlocks"},
   };
   const auto device = [&](const Case& c) {
     return PipelineDevice{c.chunks ? never : DeviceChunkFactory{}, {}, c.messages ? no_messages : nullptr};
@@ -487,10 +511,11 @@ TEST_CASE("what the GPU pipeline does not do is refused by name, before any GPU 
     o.parallel.backend = c.backend;
     check_refused_everywhere(world, c.what, c.message, [&] { PipelineStrategy strategy(world, o, device(c)); });
   }
-  // What NCCL can carry is not refused: 1f1b and afab, and interleaved with m = p.
+  // Over NCCL every schedule runs: the rank's list is rendezvous_schedules' (schedule/rendezvous.hpp),
+  // the lists as built where NCCL runs them, interleaved's with m > p with its stuck sends delayed.
   if (world.size() % 2 != 0) return;
   for (const auto& [schedule, m] :
-       std::vector<std::pair<const char*, int>>{{"1f1b", 4}, {"afab", 4}, {"interleaved:2", 2}}) {
+       std::vector<std::pair<const char*, int>>{{"1f1b", 4}, {"afab", 4}, {"interleaved:2", 2}, {"interleaved:2", 4}}) {
     TrainOptions o;
     o.config = "tiny";
     o.batch = 8;
@@ -500,6 +525,10 @@ TEST_CASE("what the GPU pipeline does not do is refused by name, before any GPU 
     o.parallel.schedule = schedule;
     o.parallel.backend = "nccl";
     INFO(schedule << " with m " << m << " over nccl");
-    CHECK_NOTHROW(PipelineStrategy(world, o, device({"", true, true, 1, schedule, m, "nccl", ""})));
+    PipelineStrategy strategy(world, o, device({"", true, true, 1, schedule, m, "nccl", ""}));
+    const PipelineShape shape = parse_pipeline_schedule(schedule, 2, m);
+    const int rank = strategy.grid().coord().pp;
+    CHECK(strategy.schedule() == rendezvous_schedules(shape)[rank]);
+    CHECK((strategy.schedule() == build_schedule(shape, rank)) == (std::string(schedule) != "interleaved:2" || m == 2));
   }
 }

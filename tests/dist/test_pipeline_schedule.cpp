@@ -95,6 +95,14 @@ std::string expect_error(const PipelineShape& shape, const std::vector<RankSched
   return "";
 }
 
+// A list's compute actions, in order.
+RankSchedule compute_only(const RankSchedule& list) {
+  RankSchedule out;
+  for (const Action& a : list)
+    if (is_compute(a.kind)) out.push_back(a);
+  return out;
+}
+
 // The same for the rendezvous check (NCCL's rules): its error, or a failure if it passed.
 std::string expect_rendezvous_error(const PipelineShape& shape, const std::vector<RankSchedule>& lists) {
   try {
@@ -439,27 +447,38 @@ TEST_CASE("wrong schedules are caught: a short warm-up, a deadlock, messages out
   }
 }
 
-TEST_CASE("over NCCL (untagged, rendezvous sends): afab, 1f1b and zb-h1 run; interleaved only with m = p",
+TEST_CASE("over NCCL (untagged, rendezvous sends): afab, 1f1b, zb-h1 run as built, interleaved with sends delayed",
           "[pipeline][rendezvous]") {
   // The executor's groups over NCCL (schedule/rendezvous.hpp): the sends queued since the last
   // receive go with it, and the host waits for the whole group. Every list the builders give for
-  // afab, 1f1b and zb-h1 completes that way; interleaved's warm-up sends activations around the
-  // ring (the last rank to rank 0) ahead of the receives that take them, and with m > p two ranks
-  // end up each in a send whose receive the other posts only later.
-  // (p = 1 trains without a pipeline: its self-messages never reach a communicator.)
+  // afab, 1f1b and zb-h1 completes that way, and interleaved's with m = p; with m > p interleaved's
+  // warm-up sends activations round the ring ahead of the receives that take them, and two ranks
+  // end up each in a send whose receive the other posts only later. rendezvous_schedules delays
+  // those sends: its lists run under both rules, with every rank's compute order (so its memory)
+  // and the bubble unchanged. (p = 1 trains without a pipeline.)
   for (const PipelineShape& s : all_shapes()) {
     if (s.stages == 1) continue;
     INFO(label(s));
-    const std::vector<RankSchedule> lists = build_schedules(s);
-    simulate_pipeline(s, lists, ActionCosts{});  // MPI's rules: every shape runs
-    const bool runs = s.kind != PipeScheduleKind::kInterleaved || s.micro_batches == s.stages;
-    if (runs) {
-      CHECK_NOTHROW(check_rendezvous(s, lists));
+    const std::vector<RankSchedule> built = build_schedules(s);
+    const bool as_built = s.kind != PipeScheduleKind::kInterleaved || s.micro_batches == s.stages;
+    if (as_built) {
+      CHECK_NOTHROW(check_rendezvous(s, built));
     } else {
-      const std::string msg = expect_rendezvous_error(s, lists);
+      const std::string msg = expect_rendezvous_error(s, built);
       INFO(msg);
       CHECK(contains(msg, "deadlocks over an untagged backend"));
     }
+    const std::vector<RankSchedule> repaired = rendezvous_schedules(s);
+    CHECK_NOTHROW(check_rendezvous(s, repaired));
+    CHECK((repaired == built) == as_built);  // only what needs it is changed
+    for (int r = 0; r < s.stages; ++r) {
+      INFO("rank " << r);
+      CHECK(compute_only(repaired[r]) == compute_only(built[r]));
+      CHECK(repaired[r].size() == built[r].size());
+    }
+    const ActionCosts costs{1, 2, 1, 0};
+    CHECK(simulate_pipeline(s, repaired, costs).bubble_fraction ==
+          Approx(simulate_pipeline(s, built, costs).bubble_fraction).margin(1e-12));
   }
 }
 
@@ -469,9 +488,18 @@ TEST_CASE("the rendezvous check counts the groups, names a cycle, and catches me
     const PipelineShape s = make_shape(PipeScheduleKind::k1F1B, 2, 1);
     CHECK(check_rendezvous(s, build_schedules(s)) == 3);
   }
-  SECTION("interleaved:2, p = 2, m = 4: each rank waits on a send the other receives later") {
+  SECTION("interleaved:2, p = 2, m = 4: each rank waits on a send the other receives later; delayed, both run") {
     const PipelineShape s = make_shape(PipeScheduleKind::kInterleaved, 2, 4, 2);
     const std::string msg = expect_rendezvous_error(s, build_schedules(s));
+    // The repair moves rank 0's send of micro-batch 3's activations past the receive of
+    // micro-batch 1's gradient, into the group of the next receive (and likewise on rank 1).
+    const std::vector<RankSchedule> repaired = rendezvous_schedules(s);
+    const auto position = [](const RankSchedule& list, Action a) {
+      return std::find(list.begin(), list.end(), a) - list.begin();
+    };
+    const Action send{ActionKind::kSendActivation, 3, 0}, receive{ActionKind::kRecvGrad, 1, 1};
+    CHECK(position(build_schedules(s)[0], send) < position(build_schedules(s)[0], receive));
+    CHECK(position(repaired[0], send) > position(repaired[0], receive));
     INFO(msg);
     CHECK(contains(msg,
                    "rank 0 waits in its group 3: send gradient of micro-batch 0 (chunk 1) to rank 1 (done), send "
