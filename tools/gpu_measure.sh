@@ -6,7 +6,8 @@
 #
 #   bash tools/gpu_measure.sh [--deps DIR] [--out DIR] [--build DIR] [--steps N] [--only LIST]
 #
-#   --deps DIR   dependencies unpacked by tools/offline_deps.sh (a machine with no package registry)
+#   --deps DIR   dependencies from tools/offline_deps.sh, unpacked or as .deb files (a machine with no
+#                package registry; with them, OpenMPI for the multi-rank GPU tests)
 #   --out DIR    logs and JSON (default out/gpu); the report goes to docs/results/ and to DIR
 #   --only LIST  comma-separated subset of: env,build,test,parallel,kernels,step,torch,report (default all)
 #
@@ -39,11 +40,13 @@ step() {  # step NAME COMMAND...: run, log to $out/NAME.log, remember a failure
 }
 
 if [[ -n $deps ]]; then
-  deps=$(cd "$deps" && pwd)
-  lib=$deps/usr/lib/x86_64-linux-gnu
-  export CMAKE_PREFIX_PATH=$deps/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
-  export LD_LIBRARY_PATH=$lib:$lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  # Carried as .deb files (offline_deps.sh --download-only): unpack them here first.
+  [[ -f $deps/env.sh ]] || bash tools/offline_deps.sh --unpack "$deps" || exit 1
+  # shellcheck disable=SC1091
+  source "$deps/env.sh"
 fi
+# mpirun as root (the GPU machines run commands as root) for the multi-rank GPU tests.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export PATH=/usr/local/cuda/bin:$PATH
 python=$(command -v python3)
 bin=$build/bin
