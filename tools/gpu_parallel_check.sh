@@ -11,7 +11,8 @@
 #   --device D   the device checked against the CPU (default cuda); `--device cpu` checks the
 #                script itself on any machine (the test suite's tools.gpu_parallel_check)
 #
-# Needs mpirun (OpenMPI) for the layouts of several ranks; without it they are reported skipped.
+# Needs mpirun (OpenMPI) for the layouts of several ranks, and a layout over NCCL one GPU per
+# rank; without them those layouts are reported skipped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=build/gpu/bin out=out/gpu/parallel only="" checked=cuda
@@ -21,36 +22,46 @@ while [[ $# -gt 0 ]]; do
     --out) out=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
     --device) checked=$2; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "gpu_parallel_check: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# name | ranks | flags (a small model: mini's width, 2 layers, 4 for pipelines)
+# name | ranks | flags (a small model: mini's width, 2 layers, 4 for pipelines) | flags of the
+# checked device's run only | GPUs it needs (NCCL wants one per rank; the rest share the GPUs)
 layouts=(
-  "ddp2|2|--ddp bucketed --layers 2"
-  "zero2|2|--zero 2 --layers 2"
-  "tp2|2|--tp 2 --layers 2"
-  "tp2-sp|2|--tp 2 --sequence-parallel --layers 2"
-  "pp2|2|--pp 2 --micro-batches 4 --layers 4"
-  "tp2-pp2|4|--tp 2 --pp 2 --micro-batches 4 --layers 4"
-  "dp2-tp2-pp2-zero1-sp|8|--dp 2 --tp 2 --pp 2 --zero 1 --sequence-parallel --micro-batches 2 --layers 4"
+  "ddp2|2|--ddp bucketed --layers 2||1"
+  "zero2|2|--zero 2 --layers 2||1"
+  "tp2|2|--tp 2 --layers 2||1"
+  "tp2-sp|2|--tp 2 --sequence-parallel --layers 2||1"
+  "pp2|2|--pp 2 --micro-batches 4 --layers 4||1"
+  "pp2-interleaved|2|--pp 2 --micro-batches 4 --schedule interleaved:2 --layers 4||1"
+  "tp2-pp2|4|--tp 2 --pp 2 --micro-batches 4 --layers 4||1"
+  "dp2-tp2-pp2-zero1-sp|8|--dp 2 --tp 2 --pp 2 --zero 1 --sequence-parallel --micro-batches 2 --layers 4||1"
+  # The pipeline's messages over NCCL, GPU to GPU, with the lists repaired for NCCL's rules.
+  "pp2-nccl-interleaved|2|--pp 2 --micro-batches 4 --schedule interleaved:2 --layers 4|--backend nccl|2"
 )
+gpus=0
+[[ $checked == cpu ]] || gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 common=(train --config mini --steps 4 --batch 8 --seq-len 64 --seed 5)
 failed=() skipped=()
 for entry in "${layouts[@]}"; do
-  IFS='|' read -r name ranks flags <<< "$entry"
+  IFS='|' read -r name ranks flags device_flags needs <<< "$entry"
   [[ -z $only || ",$only," == *",$name,"* ]] || continue
   if ! command -v mpirun >/dev/null; then
-    skipped+=("$name"); continue
+    skipped+=("$name (no mpirun)"); continue
   fi
+  if [[ $checked != cpu && $gpus -lt $needs ]]; then
+    skipped+=("$name (needs $needs GPUs)"); continue
+  fi
+  [[ $checked != cpu ]] || device_flags=""  # the script checked against itself: the CPU's flags only
   for precision in fp32 bf16; do
     tag=$name-$precision
     for side in want got; do
-      device=cpu; [[ $side == want ]] || device=$checked
+      device=cpu extra=""; [[ $side == want ]] || { device=$checked; extra=$device_flags; }
       # shellcheck disable=SC2086  # flags are words
-      mpirun -np "$ranks" --oversubscribe "$bin/scalelab" "${common[@]}" $flags --precision "$precision" \
+      mpirun -np "$ranks" --oversubscribe "$bin/scalelab" "${common[@]}" $flags $extra --precision "$precision" \
         --device "$device" --metrics "$out/$tag-$side.jsonl" > "$out/$tag-$side.log" 2>&1 ||
         { echo "== $tag: the $device run failed (log: $out/$tag-$side.log)"; failed+=("$tag-$device"); continue 2; }
     done
@@ -70,7 +81,7 @@ EOF_PY
     fi
   done
 done
-[[ ${#skipped[@]} -eq 0 ]] || echo "gpu_parallel_check: no mpirun here; skipped ${skipped[*]}"
+[[ ${#skipped[@]} -eq 0 ]] || echo "gpu_parallel_check: skipped ${skipped[*]}"
 if [[ ${#failed[@]} -gt 0 ]]; then
   echo "gpu_parallel_check: failed: ${failed[*]} (logs in $out/)"
   exit 1
