@@ -163,8 +163,10 @@ Replay replay(const PipelineShape& shape, const std::vector<RankSchedule>& sched
 }
 
 // Moves each stuck send of rank r past the receive that closes its group, into the next group
-// (sends only ever move later: after the compute that produced them, in their order). Returns
-// whether any moved (a send in a rank's last group, which no receive closes, cannot).
+// (sends only ever move later: after the compute that produced them, in their order). A later
+// send of the group to the same peer meets a later receive, so it is stuck too and moves along:
+// the order per pair, which the matching relies on, stays. Returns whether any moved (a send in
+// a rank's last group, which no receive closes, cannot).
 bool delay_stuck_sends(const Replay& replayed, std::vector<RankSchedule>& lists) {
   bool moved = false;
   for (std::size_t r = 0; r < lists.size(); ++r) {
