@@ -14,6 +14,8 @@
 #include "kernels/core/device_buffer.hpp"
 #include "nccl_test_kernels.hpp"
 #include "nccl_world.hpp"
+#include "schedule/pipeline_schedule.hpp"
+#include "schedule/rendezvous.hpp"
 
 using namespace scalelab;
 using namespace scalelab_test;
@@ -266,5 +268,48 @@ TEST_CASE("nccl refuses a GPU that is not there, or two ranks on one GPU, on eve
     REQUIRE_THROWS_AS(cuda::make_nccl_communicator(host, options), ConfigError);
     REQUIRE_THROWS_WITH(cuda::make_nccl_communicator(host, options),
                         Contains("use the MPI backend with host staging, or one rank per GPU"));
+  }
+}
+
+TEST_CASE("a pipeline's messages over NCCL, posted as the executor posts them, arrive whole and in order",
+          "[nccl][pipeline]") {
+  // The lists --backend nccl runs (schedule/rendezvous.hpp: interleaved with m > p would hang as
+  // built, so its stuck sends are delayed) replayed on real NCCL with messages only: each send is
+  // an isend that is not waited on until the step's end, each receive a blocking recv, exactly as
+  // the pipeline executor posts them. Every message carries its (micro-batch, boundary, kind) in
+  // its values, so a message taken for another (NCCL has no tags) is caught, not just a hang.
+  auto& c = nccl_world();
+  const int p = c.size(), r = c.rank();
+  if (p < 2) return;  // a pipeline needs two ranks
+  const std::size_t count = 257;
+  const auto code = [](int micro_batch, int to_stage, bool activation) {
+    return static_cast<float>(1000 * micro_batch + 10 * to_stage + (activation ? 1 : 2));
+  };
+  for (const std::string schedule : {"1f1b", "afab", "interleaved:2"}) {
+    const PipelineShape shape = parse_pipeline_schedule(schedule, p, 2 * p);
+    const RankSchedule list = rendezvous_schedules(shape)[r];
+    std::vector<DeviceBuffer<float>> outgoing;
+    std::vector<Request> sends;
+    outgoing.reserve(list.size());
+    int received = 0;
+    for (const Action& a : list) {
+      const int s = model_stage(shape, r, a.chunk), peer = action_peer(shape, r, a);
+      if (a.kind == ActionKind::kSendActivation || a.kind == ActionKind::kSendGrad) {
+        const bool activation = a.kind == ActionKind::kSendActivation;
+        outgoing.push_back(
+            device_copy(std::vector<float>(count, code(a.micro_batch, activation ? s + 1 : s - 1, activation))));
+        sends.push_back(c.isend(outgoing.back().data(), count, DataType::kFloat32, peer));
+      } else if (a.kind == ActionKind::kRecvActivation || a.kind == ActionKind::kRecvGrad) {
+        const bool activation = a.kind == ActionKind::kRecvActivation;
+        DeviceBuffer<float> in(count, MemCategory::kComm, nullptr);
+        c.recv(in.data(), count, DataType::kFloat32, peer);
+        require_equal(in.to_host(), std::vector<float>(count, code(a.micro_batch, s, activation)),
+                      schedule + ": rank " + std::to_string(r) + "'s " + describe_action(a));
+        ++received;
+      }
+    }
+    c.wait_all(sends);
+    INFO(where(c) << ", " << schedule << ": " << received << " messages received, " << sends.size() << " sent");
+    CHECK(received > 0);
   }
 }
