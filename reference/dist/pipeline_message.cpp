@@ -5,21 +5,23 @@
 
 #include "core/error.hpp"
 #include "precision/half.hpp"
+#include "precision/half_type.hpp"
 
 namespace scalelab {
 
 namespace {
 
-HalfFormat half_format_of(DataType type) {
-  SCALELAB_CHECK(type == DataType::kBFloat16 || type == DataType::kFloat16, "a pipeline message is fp32, bf16 or fp16");
-  return type == DataType::kBFloat16 ? HalfFormat::kBF16 : HalfFormat::kFP16;
+HalfFormat message_half_format(DataType type) {
+  const std::optional<HalfFormat> format = half_format_of(type);
+  SCALELAB_CHECK(format.has_value(), "a pipeline message is fp32, bf16 or fp16");
+  return *format;
 }
 
 }  // namespace
 
 Message::Message(std::size_t count, DataType type, const MessagePlace& place)
     : count_(count), type_(type), tracker_(place.host) {
-  if (type != DataType::kFloat32) half_format_of(type);  // checks the type
+  if (type != DataType::kFloat32) message_half_format(type);  // checks the type
   if (place.on_device()) {
     device_ = place.device->allocate(bytes());
     SCALELAB_CHECK(device_ || count == 0, "no device memory for a pipeline message of ", bytes(), " bytes");
@@ -36,7 +38,7 @@ Message Message::of(const float* values, std::size_t count, DataType type, Memor
   if (type == DataType::kFloat32)
     std::copy_n(values, count, m.fp32_.data());
   else
-    float_to_half(m.half_.data(), values, count, half_format_of(type));
+    float_to_half(m.half_.data(), values, count, message_half_format(type));
   return m;
 }
 
@@ -50,7 +52,7 @@ const float* Message::as_float() {
   SCALELAB_CHECK(!device_, "a device message is read by the GPU chunk that takes it, not as host fp32");
   if (type_ != DataType::kFloat32 && fp32_.size() == 0) {
     fp32_ = Buffer<float>(count_, MemCategory::kComm, tracker_);
-    half_to_float(fp32_.data(), half_.data(), count_, half_format_of(type_));
+    half_to_float(fp32_.data(), half_.data(), count_, message_half_format(type_));
   }
   return fp32_.data();
 }

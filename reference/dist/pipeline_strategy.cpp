@@ -12,6 +12,7 @@
 #include "dist/gather_weights.hpp"
 #include "io/checkpoint.hpp"
 #include "precision/half.hpp"
+#include "precision/half_type.hpp"
 #include "schedule/rendezvous.hpp"
 #include "train/fp32_model.hpp"
 
@@ -49,7 +50,7 @@ void add_peer_copy(Communicator& pp, TrainModel::GradBuffer mine, std::size_t n,
     for (std::size_t i = 0; i < n; ++i) g[i] += theirs[i];
     return;
   }
-  const HalfFormat format = mine.type == DataType::kBFloat16 ? HalfFormat::kBF16 : HalfFormat::kFP16;
+  const HalfFormat format = half_format_of(mine.type).value();  // bf16 or fp16
   auto* g = static_cast<std::uint16_t*>(mine.data);
   std::vector<std::uint16_t> theirs(n);
   Request r = pp.isend(g, n, mine.type, peer, 0);

@@ -17,10 +17,10 @@
 //
 // With --device cuda each chunk computes on the GPU (a DeviceChunkFactory's chunks: see
 // dist/pipeline_stage_model.hpp), and the messages between them are device memory on a
-// communicator of the pipeline group that moves it: NCCL with --backend nccl (GPU to GPU; the
-// lists with the sends NCCL's untagged, rendezvous sends would hang on delayed,
-// schedule/rendezvous.hpp), else host staging over MPI. The sums above and the optimizer stay on the host, where the
-// flat buffers are (ZeRO-Offload's split).
+// communicator of the pipeline group that moves it: NCCL with --backend nccl (GPU to GPU, each
+// rank running its list with the sends NCCL would hang on delayed: schedule/rendezvous.hpp),
+// else host staging over MPI. The sums above and the optimizer stay on the host, where the flat
+// buffers are (ZeRO-Offload's split).
 #pragma once
 
 #include <functional>

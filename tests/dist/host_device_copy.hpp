@@ -16,6 +16,7 @@
 #include "dist/pipeline_chunk.hpp"
 #include "dist/pipeline_strategy.hpp"
 #include "precision/half.hpp"
+#include "precision/half_type.hpp"
 
 namespace scalelab_test {
 
@@ -76,10 +77,8 @@ class TwinMessageMemory final : public scalelab::DeviceMessageMemory {
   std::shared_ptr<void> allocate(std::size_t bytes) override {
     if (bytes == 0) return nullptr;
     auto* block = new scalelab::Buffer<unsigned char>(bytes, scalelab::MemCategory::kComm, device_);
-    ++allocations;
     return std::shared_ptr<void>(block->data(), [block](void*) { delete block; });
   }
-  int allocations = 0;
 
  private:
   scalelab::MemoryTracker* device_;
@@ -152,16 +151,12 @@ class HostCopyTwin : public Base {
   std::unique_ptr<Inner> inner_;
 
  private:
-  std::optional<scalelab::HalfFormat> half_of(scalelab::DataType type) const {
-    if (type == scalelab::DataType::kFloat32) return std::nullopt;
-    return type == scalelab::DataType::kBFloat16 ? scalelab::HalfFormat::kBF16 : scalelab::HalfFormat::kFP16;
-  }
   // A device message's values as the fp32 the CPU chunk reads (null for none).
   const float* widened(scalelab::Message& m) {
     if (m.empty()) return nullptr;
     if (!m.on_device()) throw scalelab::Error("the twin of a GPU chunk got a host message");
     staging_.resize(m.size());
-    if (const auto half = half_of(m.type()))
+    if (const auto half = scalelab::half_format_of(m.type()))
       scalelab::half_to_float(staging_.data(), static_cast<const std::uint16_t*>(m.data()), m.size(), *half);
     else
       std::memcpy(staging_.data(), m.data(), m.bytes());
@@ -170,7 +165,7 @@ class HostCopyTwin : public Base {
   scalelab::Message narrowed(const float* values, std::size_t n, const scalelab::MessagePlace& place) const {
     if (!place.on_device()) throw scalelab::Error("the twin of a GPU chunk was asked for a host message");
     scalelab::Message m(n, inner_->boundary_type(), place);
-    if (const auto half = half_of(m.type()))
+    if (const auto half = scalelab::half_format_of(m.type()))
       scalelab::float_to_half(static_cast<std::uint16_t*>(m.data()), values, n, *half);
     else
       std::memcpy(m.data(), values, m.bytes());
