@@ -39,6 +39,10 @@ layouts=(
   "pp2-interleaved|2|--pp 2 --micro-batches 4 --schedule interleaved:2 --layers 4||1"
   "tp2-pp2|4|--tp 2 --pp 2 --micro-batches 4 --layers 4||1"
   "dp2-tp2-pp2-zero1-sp|8|--dp 2 --tp 2 --pp 2 --zero 1 --sequence-parallel --micro-batches 2 --layers 4||1"
+  # Stage 08's flash attention and stage 02's checkpointing inside the parallel layouts.
+  "zero3-flash|2|--zero 3 --attention flash --layers 2||1"
+  "dp2-tp2-pp2-zero1-sp-flash|8|--dp 2 --tp 2 --pp 2 --zero 1 --sequence-parallel --micro-batches 2 --layers 4 --attention flash||1"
+  "dp2-tp2-pp2-zero1-ckpt|8|--dp 2 --tp 2 --pp 2 --zero 1 --micro-batches 2 --layers 4 --checkpoint sqrt||1"
   # The pipeline's messages over NCCL, GPU to GPU, with the lists repaired for NCCL's rules.
   "pp2-nccl-interleaved|2|--pp 2 --micro-batches 4 --schedule interleaved:2 --layers 4|--backend nccl|2"
 )

@@ -102,8 +102,12 @@ TEST_CASE("two GPU slices with micro-batches in flight equal the whole GPU model
   last.zero_grad();
   // GPipe's order on one process: both forwards (stashing each micro-batch), then both backwards.
   double slice_loss = 0;
+  // Each slice computes on its own stream: a slice reads the other's output only after that
+  // stream is done (the pipeline's messages wait the same way; without this the two streams race,
+  // which showed on a GPU shared with another process).
   for (int i = 0; i < 2; ++i) {
     first.forward_slice(batch.tokens.data() + i * micro, nullptr, nullptr, B, kT);
+    SCALELAB_CUDA_CHECK(cudaStreamSynchronize(first.stream()));
     slice_loss += last.forward_slice(nullptr, first.output(), batch.targets.data() + i * micro, B, kT) / 2;
     first.stash_activations(i);
     last.stash_activations(i);
@@ -113,6 +117,7 @@ TEST_CASE("two GPU slices with micro-batches in flight equal the whole GPU model
     first.restore_activations(i);
     last.restore_activations(i);
     last.backward_slice(nullptr, 0.5f);
+    SCALELAB_CUDA_CHECK(cudaStreamSynchronize(last.stream()));
     first.backward_slice(last.input_grad(), 0.5f);
   }
   first.release_activations();

@@ -66,10 +66,13 @@ TEST_CASE("the GPU tensor-parallel shard's gradients equal stage 01 on the CPU",
       TpHarness h(world, config_from(kTpShape), t, sp, m, kRows, kT, kTpSeed, {}, precision, 1.0, 0, gpu_chunks());
       const double loss = h.forward_backward(batch.tokens, batch.targets);
       CHECK(loss == Approx(want.loss).epsilon(precision == "fp32" ? kLossTol : kHalfLossTol));
-      // The ledger: per micro-batch 1 + 2L collectives of N C forward, 2L + 1 backward, 3 of N; with
-      // sequence parallelism ln_f's all-gather and the embedding's backward all-gather more, and once
-      // per step the replicated gradients' all-reduce.
-      const std::size_t L = static_cast<std::size_t>(kTpShape.L), per_micro = 4 * L + 2 + 3 + (sp ? 2 : 0);
+      // The ledger: per micro-batch 1 + 2L collectives of N C forward (the embedding's reduction,
+      // g twice a block), 2L + 1 backward (f twice a block, the head's), 3 of N (the cross-entropy).
+      // Sequence parallelism turns f and g into all-gathers and reduce-scatters, so the identities
+      // become collectives too: f forward and g backward, 2L more each way; ln_f's all-gather and
+      // the embedding's backward all-gather add 2; once per step, the replicated gradients'
+      // all-reduce.
+      const std::size_t L = static_cast<std::size_t>(kTpShape.L), per_micro = (sp ? 8 : 4) * L + 2 + 3 + (sp ? 2 : 0);
       const std::vector<TpCollective>& ledger = h.strategy->step_ledger();
       CHECK(ledger.size() == static_cast<std::size_t>(m) * per_micro + (sp ? 1 : 0));
       // And entry for entry the CPU shard's ledger on the same batch: operation, elements, place
