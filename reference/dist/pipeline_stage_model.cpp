@@ -155,6 +155,13 @@ const GPT& PipelineStageModel::chunk(int c) const {
   return as_gpt_chunk(dynamic_cast<const GptChunk*>(chunks_.at(c).get())).gpt();
 }
 
+std::vector<const Communicator*> PipelineStageModel::tp_communicators() {
+  std::vector<const Communicator*> comms;
+  for (auto& c : chunks_)
+    if (auto* t = dynamic_cast<TpShardModel*>(c.get())) comms.push_back(t->group().comm);
+  return comms;
+}
+
 void PipelineStageModel::finish_gradients() {
   for (auto& c : chunks_)
     if (auto* t = dynamic_cast<TpShardModel*>(c.get())) t->finish_gradients();

@@ -95,6 +95,10 @@ class PipelineStageModel final : public TrainModel {
   // Under sequence parallelism, after the step's last backward: every chunk's replicated
   // tensors' gradients summed over the tensor-parallel group (dist/tp_model.hpp).
   void finish_gradients();
+  // The communicators the stage's tensor-parallel chunks run their collectives on, one per
+  // chunk: the group's host communicator for CPU shards, each chunk's device communicator (NCCL
+  // or host staging) for shards on a GPU. Empty without tensor parallelism.
+  std::vector<const Communicator*> tp_communicators();
   // Ranges [begin, end) of the flat buffer that another rank counts toward the whole model's
   // gradient norm: the head's copy of the tied wte (model stage 0 counts it; only when the
   // stage holds the head but not the embeddings), and on tensor-parallel ranks other than 0 the

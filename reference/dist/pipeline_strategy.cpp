@@ -2,6 +2,7 @@
 // the once-per-step gradient synchronisation, the loss and the norm over all stages.
 #include "dist/pipeline_strategy.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -168,6 +169,16 @@ void PipelineStrategy::begin_step(const GlobalBatch& /*batch*/) {
   messages_before_ = messages().stats();
   dp_before_ = grid_->dp().stats();
   tp_before_ = grid_->tp().stats();
+  device_tp_before_ = device_tp_bytes();
+}
+
+std::uint64_t PipelineStrategy::device_tp_bytes() {
+  std::uint64_t bytes = 0;
+  for (const Communicator* comm : stage_->tp_communicators())
+    if (comm != &grid_->tp())
+      for (CommOp op : {CommOp::kAllReduce, CommOp::kAllGather, CommOp::kReduceScatter})
+        bytes += comm->stats()[op].bytes_sent;
+  return bytes;
 }
 
 double PipelineStrategy::run_micro_batches(TrainModel& /*model*/, const GlobalBatch& batch, double loss_scale) {
@@ -184,7 +195,9 @@ double PipelineStrategy::run_micro_batches(TrainModel& /*model*/, const GlobalBa
 void PipelineStrategy::sync_gradients(TrainModel& /*model*/) {
   Communicator& pp = grid_->pp();
   const int p = shape_.stages;
-  // 0. Under sequence parallelism, the replicated tensors' gradients summed over the tp group.
+  // 0. Under sequence parallelism, the replicated tensors' gradients summed over the tp group, on
+  //    its host communicator (also when the chunks compute on a GPU).
+  const CommStats tp_host_before = grid_->tp().stats();
   stage_->finish_gradients();
   // 1. The tied embedding: model stage 0 (pp rank 0) and the last model stage (pp rank p - 1)
   //    each add the other's gradient of wte. a + b and b + a are the same float, so the copies
@@ -204,9 +217,18 @@ void PipelineStrategy::sync_gradients(TrainModel& /*model*/) {
                           messages_before_[CommOp::kSend].bytes_sent;
   for (CommOp op : {CommOp::kAllReduce, CommOp::kReduceScatter})
     report_.bytes_sent += grid_->dp().stats()[op].bytes_sent - dp_before_[op].bytes_sent;
-  if (grid_->shape().tp > 1)  // the tensor-parallel collectives of every chunk's forward and backward
+  // The tensor-parallel collectives of every chunk's forward and backward: counted on the host
+  // group's communicator where the chunks run on it; where they run on device communicators of
+  // their own, counted there, plus the host's sum of the replicated gradients (host staging also
+  // passes the chunks' collectives through the host group, which must not count them twice).
+  if (grid_->shape().tp > 1) {
+    const std::vector<const Communicator*> comms = stage_->tp_communicators();
+    const bool own = std::any_of(comms.begin(), comms.end(), [&](const Communicator* c) { return c != &grid_->tp(); });
+    const CommStats& tp_from = own ? tp_host_before : tp_before_;
+    if (own) report_.bytes_sent += device_tp_bytes() - device_tp_before_;
     for (CommOp op : {CommOp::kAllReduce, CommOp::kAllGather, CommOp::kReduceScatter})
-      report_.bytes_sent += grid_->tp().stats()[op].bytes_sent - tp_before_[op].bytes_sent;
+      report_.bytes_sent += grid_->tp().stats()[op].bytes_sent - tp_from[op].bytes_sent;
+  }
   report_.comm_seconds = comm_busy_us(timeline_.events()) * 1e-6;
   report_.hidden_fraction = hidden_fraction(timeline_.events());
   measure_bubble();

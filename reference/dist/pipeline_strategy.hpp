@@ -23,6 +23,7 @@
 // buffers are (ZeRO-Offload's split).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -136,6 +137,10 @@ class PipelineStrategy final : public ParallelStrategy {
   Timeline timeline_;
   int batch_rows_ = 0;
   CommStats pp_before_, messages_before_, dp_before_, tp_before_;
+  std::uint64_t device_tp_before_ = 0;  // device_tp_bytes() at the step's start
+  // Bytes the stage's tensor-parallel chunks sent on device communicators of their own (chunks on
+  // a GPU); 0 where they run on the group's host communicator.
+  std::uint64_t device_tp_bytes();
   StepCommReport report_;
   PipelineBubble bubble_;
 };

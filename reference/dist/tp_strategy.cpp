@@ -144,16 +144,24 @@ double TensorParallelStrategy::evaluate(TrainModel& model, const int* inputs, co
 
 void TensorParallelStrategy::sync_gradients(TrainModel& /*model*/) {
   model_->store_grads();  // on a GPU: the step's gradients into the host buffer
+  // Under sequence parallelism the replicated tensors' gradients are summed on the host's tp
+  // communicator, also when the shard computes on a GPU, whose collectives run on the device's.
+  const CommStats host_before = grid_->tp().stats();
   model_->finish_gradients();
   step_ledger_ = model_->group().ledger;
   reduce_over_replicas(zero_, grid_->dp(), model_->typed_grads(), model_->num_params());
   report_ = {};
   // The tensor-parallel group's collectives are counted by the communicator they ran on: the
-  // host's, or on a GPU the device's (NCCL, or host staging, which counts them as NCCL would).
+  // host's, or on a GPU the device's (NCCL, or host staging, which counts them as NCCL would),
+  // plus, on a GPU, the host's sum of the replicated gradients.
   const CommStats& tp_now = model_->group().comm->stats();
   report_.bytes_sent = bytes_of(tp_now, tp_before_) + bytes_of(grid_->dp().stats(), dp_before_);
   report_.comm_seconds = collective_seconds(tp_now) - collective_seconds(tp_before_) +
                          collective_seconds(grid_->dp().stats()) - collective_seconds(dp_before_);
+  if (model_->group().comm != &grid_->tp()) {
+    report_.bytes_sent += bytes_of(grid_->tp().stats(), host_before);
+    report_.comm_seconds += collective_seconds(grid_->tp().stats()) - collective_seconds(host_before);
+  }
 }
 
 double TensorParallelStrategy::mean_loss(double local_loss) {
