@@ -1,9 +1,21 @@
 // LayerNorm kernels. Forward: one warp per row (its C values are spread over the 32 lanes, the
 // sums are warp shuffles), two passes like the CPU twin (mean, then the variance around it).
-// Backward in three kernels: one warp per row for dinp (which needs two row sums), and for
-// dweight/dbias one thread column per channel summing a chunk of the rows, then the chunks added
-// in order, so no atomics are needed and the sums are the same on every run.
+//
+// Backward is bound by memory: per row it reads dout, inp and dinp and writes dinp. It is one
+// kernel that reads each of them once, 16 bytes per access (kPack consecutive channels), plus a
+// small kernel that totals the parameter gradients:
+//  - one warp per row computes dinp (which needs two row sums) and adds the row's dweight and
+//    dbias terms into its own running sums in shared memory (no atomics: one warp, one copy);
+//  - at the end a block adds its warps' sums in warp order, and the kClusterBlocks blocks of a
+//    thread block cluster (Hopper: blocks that can read each other's shared memory) add theirs
+//    in rank order into one of the kLayerNormParamChunks slots of the scratch;
+//  - the total kernel adds the slots in order. Every sum has a fixed order for a given N.
+// The clusters are what let the kernel fill the GPU: the scratch has only kLayerNormParamChunks
+// slots, and as many blocks alone would leave half of the SMs idle.
+#include <cooperative_groups.h>
+
 #include <algorithm>
+#include <cstdint>
 
 #include "kernels/core/cuda_check.hpp"
 #include "kernels/core/dtype.cuh"
@@ -41,81 +53,191 @@ __global__ void layernorm_forward_kernel(F* out, float* mean, float* rstd, const
   }
 }
 
-// dinp[i,c] += rstd * (dnorm - mean_c(dnorm) - xhat * mean_c(dnorm * xhat)), dnorm = dout * weight.
-template <typename F>
-__global__ void layernorm_backward_input_kernel(F* dinp, const F* dout, const F* inp, const F* weight,
-                                                const float* mean, const float* rstd, int N, int C) {
-  const int lane = threadIdx.x % 32;
-  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
-  if (row >= N) return;
-  const std::size_t off = static_cast<std::size_t>(row) * C;
-  const F* d = dout + off;
-  const F* x = inp + off;
-  F* dx = dinp + off;
-  const float m = mean[row], s = rstd[row];
-  float dnorm_sum = 0.0f, dnorm_xhat_sum = 0.0f;
-  for (int c = lane; c < C; c += 32) {
-    const float xhat = (to_float(x[c]) - m) * s;
-    const float dnorm = to_float(d[c]) * to_float(weight[c]);
-    dnorm_sum += dnorm;
-    dnorm_xhat_sum += dnorm * xhat;
-  }
-  const float dnorm_mean = warp_sum(dnorm_sum) / C;
-  const float dnorm_xhat_mean = warp_sum(dnorm_xhat_sum) / C;
-  for (int c = lane; c < C; c += 32) {
-    const float xhat = (to_float(x[c]) - m) * s;
-    const float dnorm = to_float(d[c]) * to_float(weight[c]);
-    dx[c] = from_float<F>(to_float(dx[c]) + s * (dnorm - dnorm_mean - xhat * dnorm_xhat_mean));
-  }
-}
+// kSize consecutive values of F, loaded or stored with one access of sizeof(F) * kSize bytes:
+// kSize = 16 / sizeof(F) (a 128-bit access) where the rows allow it, else 1.
+template <typename F, int kSize>
+struct alignas(sizeof(F) * kSize) Pack {
+  F v[kSize];
+};
 
-// Partial sums of dweight[c] = sum_i xhat[i,c] * dout[i,c] and dbias[c] = sum_i dout[i,c] over
-// the rows of chunk blockIdx.y. A block is 32 channels (threadIdx.x, so loads of one row are
-// contiguous) by 32 row stripes (threadIdx.y); the 32 stripe sums of each channel are added in
-// shared memory and written to partial_w/partial_b[chunk][c].
-template <typename F>
-__global__ void layernorm_backward_params_kernel(float* partial_w, float* partial_b, const F* dout, const F* inp,
-                                                 const float* mean, const float* rstd, int N, int C, int chunk_rows) {
-  __shared__ float sw[32][33], sb[32][33];  // +1 column: no shared-memory bank conflicts
-  const int c = blockIdx.x * 32 + threadIdx.x;
-  const int first = blockIdx.y * chunk_rows, last = min(N, first + chunk_rows);
-  float acc_w = 0.0f, acc_b = 0.0f;
-  if (c < C) {
-    for (int i = first + threadIdx.y; i < last; i += 32) {
-      const std::size_t idx = static_cast<std::size_t>(i) * C + c;
-      const float d = to_float(dout[idx]);
-      const float xhat = (to_float(inp[idx]) - mean[i]) * rstd[i];
-      acc_w += xhat * d;
-      acc_b += d;
+constexpr int kClusterBlocks = 4;  // blocks per cluster: one parameter-gradient slot per cluster
+constexpr int kBackwardWarps = 8;  // warps per block of the backward kernel (fewer for very large C)
+// Packs a lane loads before it uses them, so that several loads are in flight: 4 in pass 1; 1
+// in pass 2, which holds four tensors' packs (more spills registers to local memory in bf16).
+// Pass 1 asks L2 to fetch the row of dinp ahead, so pass 2 does not wait on memory for it.
+constexpr int kUnroll = 4;
+constexpr int kUnroll2 = 1;
+// Shared memory the backward kernel may take per block, (warps, 2, C) floats: 8 warps up to
+// C = 1536; beyond, fewer warps. Above 48 KB a kernel must ask for it (cudaFuncSetAttribute).
+constexpr int kBackwardSmemBudget = 96 * 1024;
+constexpr int kMaxSmemPerBlock = 227 * 1024;  // sm_90's largest opt-in shared memory per block
+
+// Backward of rows [first, last) of this block, first = blockIdx.x * block_rows:
+//   dinp[i,c] += rstd * (dnorm - mean_c(dnorm) - xhat * mean_c(dnorm * xhat)), dnorm = dout * weight,
+//   dweight[c] = sum_i xhat[i,c] * dout[i,c], dbias[c] = sum_i dout[i,c] (this cluster's rows:
+//   written to slot blockIdx.x / kClusterBlocks of partial_w and partial_b, C values each).
+// P channels per access (C % P == 0, rows and pointers P * sizeof(F)-byte aligned).
+template <typename F, int P>
+__global__ void __cluster_dims__(kClusterBlocks, 1, 1) __launch_bounds__(kBackwardWarps * 32, 2)
+    layernorm_backward_kernel(F* dinp, float* partial_w, float* partial_b, const F* dout, const F* inp, const F* weight,
+                              const float* mean, const float* rstd, int N, int C, int block_rows) {
+  using V = Pack<F, P>;
+  // (warps, 2, P, C / P): each warp's running sums of dweight, then of dbias. Channel q * P + k
+  // (pack q, element k) is kept at k * (C / P) + q, so that the 32 lanes, which hold consecutive
+  // packs, touch consecutive words (no shared-memory bank conflicts).
+  extern __shared__ float acc[];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const int packs = C / P;  // per row; lane owns packs lane, lane + 32, ...
+  float* acc_w = acc + static_cast<std::size_t>(warp) * 2 * C;
+  float* acc_b = acc_w + C;
+  for (int c = lane; c < 2 * C; c += 32) acc_w[c] = 0.0f;  // only this warp uses them until the end
+  __syncwarp();
+
+  const V* w = reinterpret_cast<const V*>(weight);
+  const int first = blockIdx.x * block_rows, last = min(N, first + block_rows);
+  for (int row = first + warp; row < last; row += warps) {
+    const std::size_t off = static_cast<std::size_t>(row) * C;
+    const V* d = reinterpret_cast<const V*>(dout + off);
+    const V* x = reinterpret_cast<const V*>(inp + off);
+    V* dx = reinterpret_cast<V*>(dinp + off);
+    const float m = mean[row], s = rstd[row];
+
+    // Pass 1: the two row sums. The loads of kUnroll packs go out before any is used.
+    float dnorm_sum = 0.0f, dnorm_xhat_sum = 0.0f;
+    for (int q0 = lane; q0 < packs; q0 += 32 * kUnroll) {
+      V xv[kUnroll], dv[kUnroll], wv[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int q = q0 + 32 * u;
+        if (q < packs) {
+          xv[u] = x[q];
+          dv[u] = d[q];
+          wv[u] = w[q];
+          asm volatile("prefetch.global.L2 [%0];" : : "l"(dx + q));  // a hint: loads nothing into registers
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (q0 + 32 * u >= packs) break;
+#pragma unroll
+        for (int k = 0; k < P; ++k) {
+          const float xhat = (to_float(xv[u].v[k]) - m) * s;
+          const float dnorm = to_float(dv[u].v[k]) * to_float(wv[u].v[k]);
+          dnorm_sum += dnorm;
+          dnorm_xhat_sum += dnorm * xhat;
+        }
+      }
+    }
+    const float dnorm_mean = warp_sum(dnorm_sum) / C;
+    const float dnorm_xhat_mean = warp_sum(dnorm_xhat_sum) / C;
+
+    // Pass 2: dinp, and this row's terms of dweight and dbias. inp, dout and weight were just
+    // read (cache hits); dinp was prefetched into L2 by pass 1.
+    for (int q0 = lane; q0 < packs; q0 += 32 * kUnroll2) {
+      V xv[kUnroll2], dv[kUnroll2], wv[kUnroll2], dxv[kUnroll2];
+#pragma unroll
+      for (int u = 0; u < kUnroll2; ++u) {
+        const int q = q0 + 32 * u;
+        if (q < packs) {
+          xv[u] = x[q];
+          dv[u] = d[q];
+          wv[u] = w[q];
+          dxv[u] = dx[q];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll2; ++u) {
+        const int q = q0 + 32 * u;
+        if (q >= packs) break;
+#pragma unroll
+        for (int k = 0; k < P; ++k) {
+          const float dout_k = to_float(dv[u].v[k]);
+          const float xhat = (to_float(xv[u].v[k]) - m) * s;
+          const float dnorm = dout_k * to_float(wv[u].v[k]);
+          dxv[u].v[k] = from_float<F>(to_float(dxv[u].v[k]) + s * (dnorm - dnorm_mean - xhat * dnorm_xhat_mean));
+          acc_w[k * packs + q] += xhat * dout_k;
+          acc_b[k * packs + q] += dout_k;
+        }
+        dx[q] = dxv[u];
+      }
     }
   }
-  sw[threadIdx.y][threadIdx.x] = acc_w;
-  sb[threadIdx.y][threadIdx.x] = acc_b;
+
+  // The block's sums: the warps' in warp order, into warp 0's place (each thread reads and
+  // writes only its own columns c).
+  __syncthreads();
+  for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
+    float t = acc[c];
+    for (int k = 1; k < warps; ++k) t += acc[static_cast<std::size_t>(k) * 2 * C + c];
+    acc[c] = t;
+  }
+  // The cluster's sums: rank 0 adds the other blocks' (read from their shared memory) in rank
+  // order and writes the slot.
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every block of the cluster has its sums in place
+  if (cluster.block_rank() == 0) {
+    const std::size_t slot = blockIdx.x / kClusterBlocks;
+    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {
+      float t = acc[c];
+      for (unsigned r = 1; r < kClusterBlocks; ++r) t += cluster.map_shared_rank(acc, r)[c];
+      const int i = c % C, channel = (i % packs) * P + i / packs;  // undo the layout above
+      if (c < C)
+        partial_w[slot * C + channel] = t;
+      else
+        partial_b[slot * C + channel] = t;
+    }
+  }
+  cluster.sync();  // a block's shared memory must outlive the reads of the others
+}
+
+// dweight[c] += the slots' partial sums, added in slot order. A block is 32 channels by 8
+// stripes: stripe y adds slots y, y + 8, ... (independent loads, all in flight), then stripe 0
+// adds the 8 stripe sums in order.
+template <typename F>
+__global__ void layernorm_backward_params_total_kernel(F* dweight, F* dbias, const float* partial_w,
+                                                       const float* partial_b, int C, int slots) {
+  __shared__ float sw[8][32], sb[8][32];
+  const int c = blockIdx.x * 32 + threadIdx.x;
+  float tw = 0.0f, tb = 0.0f;
+  if (c < C) {
+    for (int k = threadIdx.y; k < slots; k += 8) {
+      tw += partial_w[static_cast<std::size_t>(k) * C + c];
+      tb += partial_b[static_cast<std::size_t>(k) * C + c];
+    }
+  }
+  sw[threadIdx.y][threadIdx.x] = tw;
+  sb[threadIdx.y][threadIdx.x] = tb;
   __syncthreads();
   if (threadIdx.y == 0 && c < C) {
-    float tw = 0.0f, tb = 0.0f;
-    for (int y = 0; y < 32; ++y) {
+    tw = 0.0f;
+    tb = 0.0f;
+    for (int y = 0; y < 8; ++y) {
       tw += sw[y][threadIdx.x];
       tb += sb[y][threadIdx.x];
     }
-    partial_w[static_cast<std::size_t>(blockIdx.y) * C + c] = tw;
-    partial_b[static_cast<std::size_t>(blockIdx.y) * C + c] = tb;
+    dweight[c] = from_float<F>(to_float(dweight[c]) + tw);
+    dbias[c] = from_float<F>(to_float(dbias[c]) + tb);
   }
 }
 
-// dweight[c] += the chunks' partial sums, added in chunk order.
-template <typename F>
-__global__ void layernorm_backward_params_total_kernel(F* dweight, F* dbias, const float* partial_w,
-                                                       const float* partial_b, int C, int chunks) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float tw = 0.0f, tb = 0.0f;
-  for (int k = 0; k < chunks; ++k) {
-    tw += partial_w[static_cast<std::size_t>(k) * C + c];
-    tb += partial_b[static_cast<std::size_t>(k) * C + c];
-  }
-  dweight[c] = from_float<F>(to_float(dweight[c]) + tw);
-  dbias[c] = from_float<F>(to_float(dbias[c]) + tb);
+// Launches the backward kernel with P channels per access.
+template <typename F, int P>
+void launch_layernorm_backward(F* dinp, float* partial_w, float* partial_b, const F* dout, const F* inp,
+                               const F* weight, const float* mean, const float* rstd, int N, int C, int blocks,
+                               int block_rows, cudaStream_t stream) {
+  const std::size_t warp_bytes = 2 * static_cast<std::size_t>(C) * sizeof(float);
+  const int warps = static_cast<int>(
+      std::clamp<std::size_t>(kBackwardSmemBudget / warp_bytes, 1, std::size_t{kBackwardWarps}));
+  const std::size_t smem = warps * warp_bytes;
+  SCALELAB_CHECK(smem <= kMaxSmemPerBlock, "layernorm_backward: C = ", C, " needs ", smem,
+                 " bytes of shared memory, more than a block has");
+  if (smem > 48 * 1024)
+    SCALELAB_CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<F, P>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  layernorm_backward_kernel<F, P><<<blocks, warps * 32, smem, stream>>>(dinp, partial_w, partial_b, dout, inp, weight,
+                                                                        mean, rstd, N, C, block_rows);
+  SCALELAB_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace
@@ -133,21 +255,29 @@ template <typename F>
 void layernorm_backward(F* dinp, F* dweight, F* dbias, float* scratch, const F* dout, const F* inp, const F* weight,
                         const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
   if (N <= 0 || C <= 0) return;
-  const unsigned row_blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
-  layernorm_backward_input_kernel<<<row_blocks, kRowsPerBlock * 32, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N,
-                                                                                 C);
-  SCALELAB_CUDA_LAUNCH_CHECK();
-  // Chunks of at least 32 rows (one per row stripe of a block), at most kLayerNormParamChunks.
-  const int chunk_rows = std::max(32, (N + kLayerNormParamChunks - 1) / kLayerNormParamChunks);
-  const int chunks = (N + chunk_rows - 1) / chunk_rows;
+  // Rows are cut into at most kLayerNormParamChunks * kClusterBlocks blocks of block_rows rows
+  // each, the blocks grouped kClusterBlocks to a cluster and a slot (the last blocks may have no
+  // rows: they add zeros).
+  constexpr int kMaxBlocks = kLayerNormParamChunks * kClusterBlocks;
+  const int block_rows = (N + kMaxBlocks - 1) / kMaxBlocks;
+  const int slots = ((N + block_rows - 1) / block_rows + kClusterBlocks - 1) / kClusterBlocks;
+  const int blocks = slots * kClusterBlocks;
   float* partial_w = scratch;
   float* partial_b = scratch + static_cast<std::size_t>(kLayerNormParamChunks) * C;
-  const dim3 grid((C + 31) / 32, chunks);
-  layernorm_backward_params_kernel<<<grid, dim3(32, 32), 0, stream>>>(partial_w, partial_b, dout, inp, mean, rstd, N, C,
-                                                                      chunk_rows);
-  SCALELAB_CUDA_LAUNCH_CHECK();
-  layernorm_backward_params_total_kernel<<<(C + 255) / 256, 256, 0, stream>>>(dweight, dbias, partial_w, partial_b, C,
-                                                                              chunks);
+  // 16-byte accesses where every row of every tensor starts on a 16-byte boundary.
+  constexpr int kPack = 16 / sizeof(F);
+  const bool aligned = C % kPack == 0 && reinterpret_cast<std::uintptr_t>(dinp) % 16 == 0 &&
+                       reinterpret_cast<std::uintptr_t>(dout) % 16 == 0 &&
+                       reinterpret_cast<std::uintptr_t>(inp) % 16 == 0 &&
+                       reinterpret_cast<std::uintptr_t>(weight) % 16 == 0;
+  if (aligned)
+    launch_layernorm_backward<F, kPack>(dinp, partial_w, partial_b, dout, inp, weight, mean, rstd, N, C, blocks,
+                                        block_rows, stream);
+  else
+    launch_layernorm_backward<F, 1>(dinp, partial_w, partial_b, dout, inp, weight, mean, rstd, N, C, blocks, block_rows,
+                                    stream);
+  layernorm_backward_params_total_kernel<<<(C + 31) / 32, dim3(32, 8), 0, stream>>>(dweight, dbias, partial_w,
+                                                                                    partial_b, C, slots);
   SCALELAB_CUDA_LAUNCH_CHECK();
 }
 

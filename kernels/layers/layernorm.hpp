@@ -20,10 +20,11 @@ template <typename F>
 void layernorm_backward(F* dinp, F* dweight, F* dbias, float* scratch, const F* dout, const F* inp, const F* weight,
                         const float* mean, const float* rstd, int N, int C, cudaStream_t stream);
 
-// dweight and dbias are sums over the N rows. One block per 32 channels (as long as the rows are
-// many, N = B*T = 8192 against C/32 = 24 blocks for GPT-2) left most of the GPU idle and each
-// thread waiting on 256 dependent loads; the rows are therefore cut into this many chunks, each
-// block sums one chunk of one channel group, and a second kernel adds the chunks in order.
+// dweight and dbias are sums over the N rows. The backward kernel cuts the rows into this many
+// slots: each slot's rows are one thread block cluster's (4 blocks that add their sums in rank
+// order), its partial sums of dweight and dbias one row of the scratch, and a second kernel adds
+// the slots in order (layernorm.cu says why clusters: this many blocks alone would leave half the
+// SMs idle).
 constexpr int kLayerNormParamChunks = 64;
 inline std::size_t layernorm_backward_scratch_elements(int C) {
   return 2 * static_cast<std::size_t>(kLayerNormParamChunks) * static_cast<std::size_t>(C);
