@@ -70,6 +70,18 @@ __device__ __forceinline__ void atomic_add(float* p, float v) { atomicAdd(p, v);
 __device__ __forceinline__ void atomic_add(bf16* p, float v) { atomicAdd(p, __float2bfloat16_rn(v)); }
 __device__ __forceinline__ void atomic_add(fp16* p, float v) { atomicAdd(p, __float2half_rn(v)); }
 
+// kSize consecutive values of F, loaded or stored with one access of sizeof(F) * kSize bytes:
+// aligned so, 16 bytes become one 128-bit load or store, where 2-byte accesses would leave most
+// of each memory transaction unused. kSize = 1 is the same code with scalar accesses.
+template <typename F, int N>
+struct alignas(sizeof(F) * N) Pack {
+  static constexpr int kSize = N;
+  F v[N];
+};
+// 16 bytes of F: 4 fp32 or 8 bf16/fp16 values.
+template <typename F>
+using Pack16 = Pack<F, 16 / sizeof(F)>;
+
 constexpr int kThreads = 256;  // block size of the elementwise kernels
 
 inline unsigned int blocks_for(std::size_t n, int threads = kThreads) {

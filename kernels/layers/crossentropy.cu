@@ -27,41 +27,34 @@ constexpr int kRowThreads = 512;   // forward: threads per row's block
 constexpr int kUnroll = 4;         // forward: chunks each thread loads before it uses them
 constexpr int kBackThreads = 256;  // backward: threads per block, one chunk each
 
-// kSize consecutive values of F: 16 bytes, one 128-bit load or store when aligned.
-template <typename F>
-struct alignas(16) Chunk {
-  static constexpr int kSize = 16 / sizeof(F);
-  F v[kSize];
-};
-
 __device__ __forceinline__ bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
 // Columns [j, j + kSize) of a row of V columns; columns past V read as -inf (they add exp(-inf)
 // = 0 to the sum and never win the max). `streaming`: the last read of these bytes.
 template <typename F>
-__device__ __forceinline__ Chunk<F> load_chunk(const F* row, int j, int V, bool row_aligned, bool streaming) {
-  Chunk<F> c;
-  if (row_aligned && j + Chunk<F>::kSize <= V) {
+__device__ __forceinline__ Pack16<F> load_chunk(const F* row, int j, int V, bool row_aligned, bool streaming) {
+  Pack16<F> c;
+  if (row_aligned && j + Pack16<F>::kSize <= V) {
     const int4* p = reinterpret_cast<const int4*>(row + j);
     const int4 raw = streaming ? __ldcs(p) : *p;
     memcpy(&c, &raw, sizeof raw);
   } else {
 #pragma unroll
-    for (int k = 0; k < Chunk<F>::kSize; ++k) c.v[k] = j + k < V ? row[j + k] : from_float<F>(-INFINITY);
+    for (int k = 0; k < Pack16<F>::kSize; ++k) c.v[k] = j + k < V ? row[j + k] : from_float<F>(-INFINITY);
   }
   return c;
 }
 
 // Writes the columns of c that are below V (never the padding past V), with a streaming hint.
 template <typename F>
-__device__ __forceinline__ void store_chunk(F* row, int j, int V, bool row_aligned, const Chunk<F>& c) {
-  if (row_aligned && j + Chunk<F>::kSize <= V) {
+__device__ __forceinline__ void store_chunk(F* row, int j, int V, bool row_aligned, const Pack16<F>& c) {
+  if (row_aligned && j + Pack16<F>::kSize <= V) {
     int4 raw;
     memcpy(&raw, &c, sizeof raw);
     __stcs(reinterpret_cast<int4*>(row + j), raw);
   } else {
 #pragma unroll
-    for (int k = 0; k < Chunk<F>::kSize; ++k)
+    for (int k = 0; k < Pack16<F>::kSize; ++k)
       if (j + k < V) row[j + k] = c.v[k];
   }
 }
@@ -101,7 +94,7 @@ template <typename F>
 __global__ void __launch_bounds__(kRowThreads)
     crossentropy_forward_kernel(F* probs, float* losses, const F* logits, const int* targets, int V, int ld) {
   __shared__ float shared[64];
-  constexpr int kSize = Chunk<F>::kSize;
+  constexpr int kSize = Pack16<F>::kSize;
   const std::size_t off = static_cast<std::size_t>(blockIdx.x) * ld;
   const F* z = logits + off;
   F* p = probs + off;
@@ -114,7 +107,7 @@ __global__ void __launch_bounds__(kRowThreads)
   float m = -INFINITY, s = 0.0f;
   const int step = blockDim.x * kSize;  // columns between two chunks of one thread
   for (int j0 = threadIdx.x * kSize; j0 < V; j0 += kUnroll * step) {
-    Chunk<F> c[kUnroll];
+    Pack16<F> c[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)  // the loads first, so that kUnroll of them are in flight
       if (j0 + u * step < V) c[u] = load_chunk(z, j0 + u * step, V, z_aligned, false);
@@ -138,7 +131,7 @@ __global__ void __launch_bounds__(kRowThreads)
   // Pass 2: the probabilities, each thread over the same chunks (read, then written: in place
   // no other thread touches them).
   for (int j = threadIdx.x * kSize; j < V; j += step) {
-    Chunk<F> c = load_chunk(z, j, V, z_aligned, true);
+    Pack16<F> c = load_chunk(z, j, V, z_aligned, true);
 #pragma unroll
     for (int k = 0; k < kSize; ++k) c.v[k] = from_float<F>(expf(to_float(c.v[k]) - m) * inv);
     store_chunk(p, j, V, p_aligned, c);
@@ -151,14 +144,14 @@ __global__ void __launch_bounds__(kRowThreads)
 template <typename F>
 __global__ void crossentropy_backward_kernel(F* dlogits, const F* probs, const int* targets, float dloss, int V,
                                              int ld) {
-  constexpr int kSize = Chunk<F>::kSize;
+  constexpr int kSize = Pack16<F>::kSize;
   const int j = (blockIdx.y * blockDim.x + threadIdx.x) * kSize;
   if (j >= V) return;
   const std::size_t off = static_cast<std::size_t>(blockIdx.x) * ld;
   const F* p = probs + off;
   F* d = dlogits + off;
   const int target = targets[blockIdx.x];
-  Chunk<F> c = load_chunk(p, j, V, aligned16(p), true);
+  Pack16<F> c = load_chunk(p, j, V, aligned16(p), true);
 #pragma unroll
   for (int k = 0; k < kSize; ++k) {
     float g = to_float(c.v[k]) * dloss;
@@ -193,7 +186,7 @@ void crossentropy_backward(F* dlogits, const F* probs, const int* targets, float
   SCALELAB_CHECK(ld >= V, "crossentropy_backward: rows ", ld, " apart, fewer than V = ", V);
   if (N <= 0 || V <= 0) return;
   // x: the rows (up to 2^31 - 1 of them); y: the chunks of a row, kBackThreads per block.
-  const int chunks = (V + Chunk<F>::kSize - 1) / Chunk<F>::kSize;
+  const int chunks = (V + Pack16<F>::kSize - 1) / Pack16<F>::kSize;
   const dim3 grid(N, (chunks + kBackThreads - 1) / kBackThreads);
   crossentropy_backward_kernel<<<grid, kBackThreads, 0, stream>>>(dlogits, probs, targets, dloss, V, ld);
   SCALELAB_CUDA_LAUNCH_CHECK();

@@ -53,13 +53,6 @@ __global__ void layernorm_forward_kernel(F* out, float* mean, float* rstd, const
   }
 }
 
-// kSize consecutive values of F, loaded or stored with one access of sizeof(F) * kSize bytes:
-// kSize = 16 / sizeof(F) (a 128-bit access) where the rows allow it, else 1.
-template <typename F, int kSize>
-struct alignas(sizeof(F) * kSize) Pack {
-  F v[kSize];
-};
-
 constexpr int kClusterBlocks = 4;  // blocks per cluster: one parameter-gradient slot per cluster
 constexpr int kBackwardWarps = 8;  // warps per block of the backward kernel (fewer for very large C)
 // Packs a lane loads before it uses them, so that several loads are in flight: 4 in pass 1; 1
@@ -265,7 +258,7 @@ void layernorm_backward(F* dinp, F* dweight, F* dbias, float* scratch, const F* 
   float* partial_w = scratch;
   float* partial_b = scratch + static_cast<std::size_t>(kLayerNormParamChunks) * C;
   // 16-byte accesses where every row of every tensor starts on a 16-byte boundary.
-  constexpr int kPack = 16 / sizeof(F);
+  constexpr int kPack = Pack16<F>::kSize;
   const bool aligned = C % kPack == 0 && reinterpret_cast<std::uintptr_t>(dinp) % 16 == 0 &&
                        reinterpret_cast<std::uintptr_t>(dout) % 16 == 0 &&
                        reinterpret_cast<std::uintptr_t>(inp) % 16 == 0 &&

@@ -14,22 +14,15 @@ namespace scalelab::cuda {
 
 namespace {
 
-// 16 bytes of F: what one 128-bit load or store moves.
 template <typename F>
-struct alignas(16) Pack {
-  static constexpr int kSize = 16 / sizeof(F);
-  F v[kSize];
-};
-
-template <typename F>
-__device__ __forceinline__ Pack<F> load_pack(const F* p) {  // p 16-byte aligned
+__device__ __forceinline__ Pack16<F> load_pack(const F* p) {  // p 16-byte aligned
   const int4 raw = *reinterpret_cast<const int4*>(p);
-  Pack<F> out;
+  Pack16<F> out;
   memcpy(&out, &raw, sizeof raw);
   return out;
 }
 template <typename F>
-__device__ __forceinline__ void store_pack(F* p, const Pack<F>& in) {
+__device__ __forceinline__ void store_pack(F* p, const Pack16<F>& in) {
   int4 raw;
   memcpy(&raw, &in, sizeof raw);
   *reinterpret_cast<int4*>(p) = raw;
@@ -42,7 +35,7 @@ struct Split {
 };
 template <typename F>
 Split split_at_16_bytes(const F* x, std::size_t n) {
-  constexpr std::size_t kSize = Pack<F>::kSize;
+  constexpr std::size_t kSize = Pack16<F>::kSize;
   const std::size_t misaligned = reinterpret_cast<std::uintptr_t>(x) % 16;
   // Elements up to the next 16-byte boundary (an F never straddles one: its address is a
   // multiple of sizeof(F), so misaligned is too).
@@ -65,10 +58,10 @@ __global__ void scale_kernel(F* x, float factor, std::size_t n, std::size_t head
   const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
   F* body = x + head;
   for (std::size_t i = tid; i < packs; i += stride) {
-    Pack<F> p = load_pack(body + i * Pack<F>::kSize);
+    Pack16<F> p = load_pack(body + i * Pack16<F>::kSize);
 #pragma unroll
-    for (int k = 0; k < Pack<F>::kSize; ++k) p.v[k] = scaled(p.v[k], factor);
-    store_pack(body + i * Pack<F>::kSize, p);
+    for (int k = 0; k < Pack16<F>::kSize; ++k) p.v[k] = scaled(p.v[k], factor);
+    store_pack(body + i * Pack16<F>::kSize, p);
   }
   if (tid < head) x[tid] = scaled(x[tid], factor);
   if (tail_begin + tid < n) x[tail_begin + tid] = scaled(x[tail_begin + tid], factor);
@@ -85,13 +78,13 @@ template <typename F>
 __global__ void sum_squares_partial_kernel(double* partials, const F* x, std::size_t n, std::size_t head,
                                            std::size_t packs, std::size_t tail_begin) {
   __shared__ double shared[32];
-  constexpr int kSize = Pack<F>::kSize;
+  constexpr int kSize = Pack16<F>::kSize;
   const std::size_t tid = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x;
   const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
   const F* body = x + head;
   double sum = 0.0;
   for (std::size_t i0 = tid; i0 < packs; i0 += kSumUnroll * stride) {
-    Pack<F> p[kSumUnroll];
+    Pack16<F> p[kSumUnroll];
 #pragma unroll
     for (int u = 0; u < kSumUnroll; ++u) {  // all the loads first, then the arithmetic
       const std::size_t i = i0 + u * stride;
