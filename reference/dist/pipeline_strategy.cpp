@@ -2,7 +2,6 @@
 // the once-per-step gradient synchronisation, the loss and the norm over all stages.
 #include "dist/pipeline_strategy.hpp"
 
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -129,6 +128,8 @@ std::unique_ptr<TrainModel> PipelineStrategy::make_model(const GPTConfig& config
   stage_ = model.get();
   tracker_ = tracker;
   counted_elsewhere_ = stage_->counted_elsewhere();
+  for (const Communicator* comm : stage_->tp_communicators())
+    if (comm != &grid_->tp()) device_tp_comms_.push_back(comm);
   if (zero_stage_ == 0) return model;
   std::unique_ptr<DistributedOptimizer> wrapped;
   if (mixed) {
@@ -172,12 +173,11 @@ void PipelineStrategy::begin_step(const GlobalBatch& /*batch*/) {
   device_tp_before_ = device_tp_bytes();
 }
 
-std::uint64_t PipelineStrategy::device_tp_bytes() {
+std::uint64_t PipelineStrategy::device_tp_bytes() const {
   std::uint64_t bytes = 0;
-  for (const Communicator* comm : stage_->tp_communicators())
-    if (comm != &grid_->tp())
-      for (CommOp op : {CommOp::kAllReduce, CommOp::kAllGather, CommOp::kReduceScatter})
-        bytes += comm->stats()[op].bytes_sent;
+  for (const Communicator* comm : device_tp_comms_)
+    for (CommOp op : {CommOp::kAllReduce, CommOp::kAllGather, CommOp::kReduceScatter})
+      bytes += comm->stats()[op].bytes_sent;
   return bytes;
 }
 
@@ -222,8 +222,7 @@ void PipelineStrategy::sync_gradients(TrainModel& /*model*/) {
   // their own, counted there, plus the host's sum of the replicated gradients (host staging also
   // passes the chunks' collectives through the host group, which must not count them twice).
   if (grid_->shape().tp > 1) {
-    const std::vector<const Communicator*> comms = stage_->tp_communicators();
-    const bool own = std::any_of(comms.begin(), comms.end(), [&](const Communicator* c) { return c != &grid_->tp(); });
+    const bool own = !device_tp_comms_.empty();
     const CommStats& tp_from = own ? tp_host_before : tp_before_;
     if (own) report_.bytes_sent += device_tp_bytes() - device_tp_before_;
     for (CommOp op : {CommOp::kAllReduce, CommOp::kAllGather, CommOp::kReduceScatter})

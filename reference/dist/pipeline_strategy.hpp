@@ -137,10 +137,12 @@ class PipelineStrategy final : public ParallelStrategy {
   Timeline timeline_;
   int batch_rows_ = 0;
   CommStats pp_before_, messages_before_, dp_before_, tp_before_;
+  // The communicators of their own that the stage's tensor-parallel chunks run their collectives
+  // on (chunks on a GPU); empty where they run on the group's host communicator.
+  std::vector<const Communicator*> device_tp_comms_;
   std::uint64_t device_tp_before_ = 0;  // device_tp_bytes() at the step's start
-  // Bytes the stage's tensor-parallel chunks sent on device communicators of their own (chunks on
-  // a GPU); 0 where they run on the group's host communicator.
-  std::uint64_t device_tp_bytes();
+  // Bytes the chunks sent on device_tp_comms_ so far.
+  std::uint64_t device_tp_bytes() const;
   StepCommReport report_;
   PipelineBubble bubble_;
 };
