@@ -68,8 +68,8 @@ template <typename F>
 std::vector<KernelRow> bench_layers(const BenchShape& shape, const BenchOptions& options, const Ceilings& ceilings);
 
 // The optimizer step over all num_params() parameters: AdamW (fp32, or mixed precision with bf16
-// parameters and gradients), gradient scaling, the sum of squares, the inf/NaN scan, and for
-// bf16 the fp32 -> bf16 cast.
+// parameters and gradients), gradient scaling, the sum of squares (also the step's inf/NaN
+// check), and for bf16 the fp32 -> bf16 cast.
 template <typename F>
 std::vector<KernelRow> bench_optimizer(const BenchShape& shape, const BenchOptions& options, const Ceilings& ceilings);
 

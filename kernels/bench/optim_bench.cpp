@@ -9,7 +9,6 @@
 #include "kernels/optim/adamw.hpp"
 #include "kernels/optim/grad_ops.hpp"
 #include "kernels/precision/cast.hpp"
-#include "kernels/precision/nonfinite.hpp"
 
 namespace scalelab::cuda {
 
@@ -48,8 +47,6 @@ std::vector<KernelRow> bench_optimizer(const BenchShape& shape, const BenchOptio
   DeviceBuffer<double> partials(kSumSquaresBlocks, MemCategory::kWorkspace, nullptr);
   DeviceBuffer<double> sum(1, MemCategory::kWorkspace, nullptr);
   r.memory("sum_squares", "update", n * s, [&] { sum_squares(sum.data(), partials.data(), grads.data(), n, st); });
-  DeviceBuffer<unsigned int> found(1, MemCategory::kWorkspace, nullptr);
-  r.memory("find_nonfinite", "update", n * s, [&] { find_nonfinite(found.data(), grads.data(), n, st); });
   return r.take();
 }
 

@@ -14,7 +14,6 @@
 #include "kernels/optim/adamw.hpp"
 #include "kernels/optim/grad_ops.hpp"
 #include "kernels/precision/cast.hpp"
-#include "kernels/precision/nonfinite.hpp"
 #include "model/gpt.hpp"
 #include "precision/half.hpp"
 
@@ -78,7 +77,6 @@ GpuZeroModel<F>::GpuZeroModel(const GPTConfig& config, int stage, Communicator& 
       v_(offload ? 0 : shards_.size(), MemCategory::kOptimizer, tracker),
       sum_squares_(1, MemCategory::kWorkspace, tracker),
       partials_(kSumSquaresBlocks, MemCategory::kWorkspace, tracker),
-      nonfinite_(1, MemCategory::kWorkspace, tracker),
       host_master_(offload ? shards_.size() : 0, MemCategory::kParams, &host_tracker_),
       host_grads_(offload ? shards_.size() : 0, MemCategory::kGrads, &host_tracker_),
       host_half_(offload && kMixed ? shards_.size() : 0, MemCategory::kWorkspace, &host_tracker_),
@@ -478,22 +476,18 @@ TrainModel::StepOutcome GpuZeroModel<F>::device_step(AdamW& optimizer, double lr
   if constexpr (!kMixed) {
     if (grad_scale != 1.0) scale_inplace(g, static_cast<float>(grad_scale), n, st);
   }
-  // This shard's sum of squares and (mixed) inf/NaN flag, then both added over the ranks, so
-  // every rank takes the same decision on the same norm.
-  double local[2] = {0, 0};
+  // This shard's sum of squares in double, added over the ranks, so every rank takes the same
+  // decision on the same norm. The sum is also the inf/NaN check (as on one GPU,
+  // kernels/model/gpu_train_model.cpp): an inf or NaN in any rank's shard makes that rank's sum
+  // non-finite, finite gradients cannot overflow it, and inf and NaN survive the all-reduce's
+  // additions (no inf - inf: every term is >= 0), so every rank skips together.
+  double ss = 0;
   sum_squares(sum_squares_.data(), partials_.data(), g, n, st);
-  SCALELAB_CUDA_CHECK(cudaMemcpyAsync(&local[0], sum_squares_.data(), sizeof(double), cudaMemcpyDeviceToHost, st));
-  unsigned int found = 0;
-  if constexpr (kMixed) {
-    SCALELAB_CUDA_CHECK(cudaMemsetAsync(nonfinite_.data(), 0, sizeof(unsigned int), st));
-    find_nonfinite(nonfinite_.data(), g, n, st);
-    SCALELAB_CUDA_CHECK(cudaMemcpyAsync(&found, nonfinite_.data(), sizeof found, cudaMemcpyDeviceToHost, st));
-  }
-  sync();
-  local[1] = found;
-  dp_.all_reduce(local, 2);
-  out.grad_norm = std::sqrt(local[0]) * (kMixed ? grad_scale : 1.0);
-  if (local[1] != 0 || !std::isfinite(out.grad_norm)) {
+  SCALELAB_CUDA_CHECK(cudaMemcpyAsync(&ss, sum_squares_.data(), sizeof ss, cudaMemcpyDeviceToHost, st));
+  sync();  // ss is on the host
+  dp_.all_reduce(&ss, 1);
+  out.grad_norm = std::sqrt(ss) * (kMixed ? grad_scale : 1.0);
+  if (!std::isfinite(out.grad_norm)) {  // an inf/NaN on any rank: every rank skips
     out.skipped = true;
     return out;
   }

@@ -9,7 +9,7 @@
 //   during the last micro-batch's backward, as each unit (ln_f, a block, the embeddings) is done:
 //   reduce-scatter it (in the model's type) in place, non-blocking: this rank's piece becomes the
 //   sum; offload: the piece is copied to the host on a copy stream as soon as it is reduced
-//   norm: the shard's sum of squares on the GPU, added over the ranks (and the inf/NaN flag)
+//   norm: the shard's sum of squares on the GPU, added over the ranks (non-finite: skip)
 //   AdamW on the shard                          on the GPU, or on the host under offload:
 //                                               widened; AdamW on the host's fp32 master shard in
 //                                               threads, slab by slab, each slab rounded to F and
@@ -215,7 +215,6 @@ class GpuZeroModel final : public ZeroTrainModel {
   // On the GPU (no offload): the shard's fp32 master weights (mixed only), m and v.
   DeviceBuffer<float> master_, m_, v_;
   DeviceBuffer<double> sum_squares_, partials_;  // the norm's reduction
-  DeviceBuffer<unsigned int> nonfinite_;         // mixed: the inf/NaN flag
   // Offload: the shard's fp32 master weights and gradients in host memory, and (mixed) the
   // shard in the model's type on its way to and from the GPU; fp32 stage 2: where a later
   // micro-batch's pieces land before they are added (the first lands in host_grads_); all pinned.

@@ -9,8 +9,8 @@
 // The same categories and byte counts as the CPU's Fp32TrainModel and MixedPrecisionModel, so
 // a GPU run prints the same memory table (the trainer's AdamW becomes an uncounted host mirror
 // of m and v for checkpoints: owns_optimizer_state()). The optimizer step never copies the
-// gradients to the host: scale, norm, inf/NaN check and AdamW run on the device, and the host
-// reads back two numbers (the sum of squares and the inf/NaN flag).
+// gradients to the host: scale, norm and AdamW run on the device, and the host reads back one
+// number, the sum of squares, which is also the inf/NaN check (non-finite on any inf or NaN).
 #pragma once
 
 #include <memory>
@@ -75,7 +75,6 @@ class GpuTrainModel final : public TrainModel {
   DeviceBuffer<float> master_;                   // (num_params) fp32 master weights; mixed precision only
   DeviceBuffer<float> m_, v_;                    // (num_params) AdamW moments
   DeviceBuffer<double> sum_squares_, partials_;  // (1), (kSumSquaresBlocks): the norm's reduction
-  DeviceBuffer<unsigned int> nonfinite_;         // (1) the inf/NaN flag
   mutable std::vector<float> host_params_;       // master_params()'s copy
 };
 

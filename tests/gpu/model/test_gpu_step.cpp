@@ -287,6 +287,26 @@ TEST_CASE("GPU fp16: an overflowing loss scale skips the step and changes nothin
   CHECK(after == before);
 }
 
+TEST_CASE("GPU bf16: a NaN gradient skips the step and changes nothing", "[gpu][model][bf16]") {
+  // bf16 has fp32's range, so an overflowing loss scale as above is no sure way to an inf: a NaN
+  // loss scale puts NaN in every gradient instead. The step has no inf/NaN scan of its own; the
+  // norm's sum of squares (in double) turning NaN is what skips it.
+  const GPTConfig c = gpt_config_by_name("tiny");
+  const Batch b = random_batch(c.vocab_size, 10);
+  GpuTrainModel<cuda::bf16> m(c, nullptr);
+  m.init_weights(6);
+  const std::vector<float> before(m.master_params(), m.master_params() + m.num_params());
+  AdamW opt(m.num_params(), AdamWConfig{}, nullptr);
+  m.forward(b.tokens.data(), b.targets.data(), kB, kT);
+  m.backward(std::nan(""));
+  const auto out = m.optimizer_step(opt, 1e-3, 1.0, 1.0);
+  CHECK(out.skipped);
+  CHECK(!std::isfinite(out.grad_norm));
+  CHECK(opt.step_count() == 0);
+  const std::vector<float> after(m.master_params(), m.master_params() + m.num_params());
+  CHECK(after == before);
+}
+
 TEST_CASE("Trainer with --device cuda follows the CPU run (accumulation, checkpointing)", "[gpu][model][trainer]") {
   const std::string text_path = "test_gpu_model_corpus.txt";
   TrainOptions o;
