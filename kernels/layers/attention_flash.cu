@@ -14,6 +14,7 @@
 #include "kernels/core/cuda_check.hpp"
 #include "kernels/core/dtype.cuh"
 #include "kernels/layers/attention_flash.hpp"
+#include "kernels/layers/attention_flash_mma.hpp"
 
 namespace scalelab::cuda {
 
@@ -547,15 +548,14 @@ void check_shape(int T, int C, int NH) {
 
 }  // namespace
 
-std::size_t attention_flash_shared_bytes(int head_size, std::size_t element_size) {
-  return element_size == sizeof(float) ? Layout<float>(head_size).dkdv_bytes() : Layout<bf16>(head_size).dkdv_bytes();
-}
-
 template <typename F>
 void attention_flash_forward(F* out, float* lse, const F* qkv, int B, int T, int C, int NH, cudaStream_t stream) {
   if (B <= 0 || T <= 0) return;
   check_shape(T, C, NH);
   const int hs = C / NH;
+  if constexpr (Layout<F>::kTensorCores) {
+    if (flash_mma_applies(hs, C, out, qkv)) return flash_mma_forward(out, lse, qkv, B, T, C, NH, stream);
+  }
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const std::size_t bytes = Layout<F>(hs).forward_bytes();
   allow_shared(flash_forward_kernel<F>, bytes, hs, C, NH);
@@ -570,6 +570,10 @@ void attention_flash_backward(F* dqkv, const F* dout, const F* qkv, const F* out
   if (B <= 0 || T <= 0) return;
   check_shape(T, C, NH);
   const int hs = C / NH;
+  if constexpr (Layout<F>::kTensorCores) {
+    if (flash_mma_applies(hs, C, dqkv, dout, qkv, out))
+      return flash_mma_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, stream);
+  }
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const Layout<F> L(hs);
   const dim3 grid((T + kTile - 1) / kTile, static_cast<unsigned>(B) * NH);

@@ -25,8 +25,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <cstddef>
-
 namespace scalelab::cuda {
 
 constexpr int kFlashTile = 64;  // queries per block in forward and dq; keys per block in dk, dv
@@ -40,10 +38,5 @@ void attention_flash_forward(F* out, float* lse, const F* qkv, int B, int T, int
 template <typename F>
 void attention_flash_backward(F* dqkv, const F* dout, const F* qkv, const F* out, const float* lse, int B, int T, int C,
                               int NH, cudaStream_t stream);
-
-// Shared memory one block of the backward's dk/dv kernel needs (the largest of the three), for a
-// head size: the kernels refuse a head size whose tiles do not fit the device (a ConfigError
-// naming the model's channels and heads).
-std::size_t attention_flash_shared_bytes(int head_size, std::size_t element_size);
 
 }  // namespace scalelab::cuda
