@@ -8,7 +8,6 @@
 #include "kernels/core/dtype.hpp"
 #include "kernels/layers/attention.hpp"
 #include "kernels/layers/attention_flash.hpp"
-#include "kernels/layers/gelu.hpp"
 #include "kernels/layers/layernorm.hpp"
 #include "kernels/layers/matmul.hpp"
 #include "kernels/layers/residual.hpp"
@@ -79,8 +78,7 @@ void gpu_tp_block_forward(TpGroup& tp, GpuBlockActs<F>& a, const BlockView<F>& w
   F* ln2 = sp ? s.ln : a.ln2;
   layernorm_forward(ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_w, w.ln2_b, Nl, C, st);
   gpu_f_forward(tp, ln2, a.ln2, NC);
-  matmul_forward(a.fch, a.ln2, w.fc_w, w.fc_b, N, C, 4 * Cl, blas);
-  gelu_forward(a.fch_gelu, a.fch, d.N() * 4 * Cl, st);
+  matmul_gelu_forward(a.fch_gelu, a.fch, a.ln2, w.fc_w, w.fc_b, N, C, 4 * Cl, blas);
   matmul_forward(s.full, a.fch_gelu, w.fcproj_w, static_cast<const F*>(nullptr), N, 4 * Cl, C, blas);
   gpu_g_forward(tp, s.full, proj, NC);
   add_bias(proj, w.fcproj_b, Nl, C, st);
@@ -100,8 +98,8 @@ void gpu_tp_block_backward(TpGroup& tp, F* dres, const BlockView<F>& g, const Gp
   // and weight gradients from the whole rows.
   matmul_backward_bias(g.fcproj_b, dres, Nl, C, st);
   gpu_g_backward(tp, dres, dy_full, NC);
-  matmul_backward(s.dwide, g.fcproj_w, static_cast<F*>(nullptr), dy_full, a.fch_gelu, w.fcproj_w, N, 4 * Cl, C, blas);
-  gelu_backward(s.dwide, s.dwide, a.fch, d.N() * 4 * Cl, st);
+  matmul_gelu_backward(s.dwide, g.fcproj_w, static_cast<F*>(nullptr), dy_full, a.fch_gelu, w.fcproj_w, a.fch, N, 4 * Cl,
+                       C, blas);
   matmul_backward(s.full, g.fc_w, g.fc_b, s.dwide, a.ln2, w.fc_w, N, C, 4 * Cl, blas);  // partial d ln2
   gpu_f_backward(tp, s.full, dln, NC);
   layernorm_backward(dres, g.ln2_w, g.ln2_b, s.ln_partials, dln, a.residual2, w.ln2_w, a.ln2_mean, a.ln2_rstd, Nl, C,

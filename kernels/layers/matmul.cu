@@ -1,10 +1,13 @@
 // Linear layer: three cuBLAS products (the same three as the CPU twin; each split in two column
 // parts for the padded LM head, below) plus two small kernels, the bias broadcast (forward) and
-// the bias gradient's column sum (backward).
+// the bias gradient's column sum (backward). In bf16/fp16 the forward's bias, and the MLP's GELU
+// on either side of it, go into the product's own epilogue instead (cuBLASLt, blas.hpp).
+#include <type_traits>
 #include <vector>
 
 #include "kernels/core/cuda_check.hpp"
 #include "kernels/core/dtype.cuh"
+#include "kernels/layers/gelu.hpp"
 #include "kernels/layers/matmul.hpp"
 
 namespace scalelab::cuda {
@@ -54,6 +57,26 @@ std::vector<ColumnPart> column_parts(int OC, int ld_out) {
   return {{0, bulk}, {bulk, OC - bulk}};
 }
 
+// The forward product out (N,OC) = inp @ weight^T with an epilogue, contiguous rows; false where
+// it does not run: fp32 (kept to the unfused kernels, which match the CPU to fp32 rounding) or a
+// shape cuBLASLt does not fuse.
+template <typename F>
+bool fused_forward(F* out, const F* inp, const F* weight, int N, int C, int OC, const EpilogueArgs<F>& epilogue,
+                   const Blas& blas) {
+  if constexpr (std::is_same_v<F, float>)
+    return false;
+  else
+    return gemm_epilogue<F>(blas, false, true, N, OC, C, inp, C, weight, C, out, OC, epilogue);
+}
+
+// dbias (OC) += the column sums of dout (N,OC), rows ld apart.
+template <typename F>
+void bias_backward(F* dbias, const F* dout, int N, int OC, int ld, cudaStream_t stream) {
+  if (N <= 0 || OC <= 0) return;
+  bias_backward_kernel<<<(OC + 31) / 32, dim3(32, 32), 0, stream>>>(dbias, dout, N, OC, ld);
+  SCALELAB_CUDA_LAUNCH_CHECK();
+}
+
 }  // namespace
 
 template <typename F>
@@ -61,6 +84,8 @@ void matmul_forward(F* out, const F* inp, const F* weight, const F* bias, int N,
                     const Blas& blas) {
   SCALELAB_CHECK(ld_out >= OC, "matmul_forward: output rows ", ld_out, " apart, fewer than its ", OC, " columns");
   if (N <= 0 || OC <= 0) return;
+  if (bias && ld_out == OC && fused_forward(out, inp, weight, N, C, OC, {.kind = Epilogue::kBias, .bias = bias}, blas))
+    return;
   float beta = 0.0f;
   if (bias) {
     const std::size_t n = static_cast<std::size_t>(N) * OC;
@@ -88,23 +113,50 @@ void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp,
     gemm<F>(blas, true, false, p.count, C, N, 1.0f, dout + p.begin, ld_out, inp, C, 1.0f, dweight + row, C);
     beta = 1.0f;
   }
-  if (dbias && OC > 0) {
-    bias_backward_kernel<<<(OC + 31) / 32, dim3(32, 32), 0, blas.stream()>>>(dbias, dout, N, OC, ld_out);
-    SCALELAB_CUDA_LAUNCH_CHECK();
-  }
+  if (dbias) bias_backward(dbias, dout, N, OC, ld_out, blas.stream());
 }
 
 template <typename F>
 void matmul_backward_bias(F* dbias, const F* dout, int N, int OC, cudaStream_t stream) {
+  bias_backward(dbias, dout, N, OC, OC, stream);
+}
+
+template <typename F>
+void matmul_gelu_forward(F* out, F* pre, const F* inp, const F* weight, const F* bias, int N, int C, int OC,
+                         const Blas& blas) {
   if (N <= 0 || OC <= 0) return;
-  bias_backward_kernel<<<(OC + 31) / 32, dim3(32, 32), 0, stream>>>(dbias, dout, N, OC, OC);
-  SCALELAB_CUDA_LAUNCH_CHECK();
+  const EpilogueArgs<F> gelu{.kind = Epilogue::kGeluBias, .bias = bias, .aux_out = pre, .ld_aux = OC};
+  if (bias && fused_forward(out, inp, weight, N, C, OC, gelu, blas)) return;
+  matmul_forward(pre, inp, weight, bias, N, C, OC, blas);
+  gelu_forward(out, pre, static_cast<std::size_t>(N) * OC, blas.stream());
+}
+
+template <typename F>
+void matmul_gelu_backward(F* dpre, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight, const F* pre,
+                          int N, int C, int OC, const Blas& blas) {
+  if (N <= 0) return;
+  bool fused = false;
+  if constexpr (!std::is_same_v<F, float>) {
+    // dpre (N,C) = (dout (N,OC) @ weight (OC,C)) * gelu'(pre), then the parameter gradients as
+    // matmul_backward takes them.
+    const EpilogueArgs<F> dgelu{.kind = Epilogue::kDGelu, .aux_in = pre, .ld_aux = C};
+    fused = gemm_epilogue<F>(blas, false, false, N, C, OC, dout, OC, weight, C, dpre, C, dgelu);
+  }
+  if (!fused) {
+    matmul_backward(dpre, dweight, dbias, dout, inp, weight, N, C, OC, blas);
+    gelu_backward(dpre, dpre, pre, static_cast<std::size_t>(N) * C, blas.stream());
+    return;
+  }
+  gemm<F>(blas, true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+  if (dbias) bias_backward(dbias, dout, N, OC, OC, blas.stream());
 }
 
 #define SCALELAB_INSTANTIATE(F)                                                                                \
   template void matmul_forward<F>(F*, const F*, const F*, const F*, int, int, int, int, const Blas&);          \
   template void matmul_backward<F>(F*, F*, F*, const F*, const F*, const F*, int, int, int, int, const Blas&); \
-  template void matmul_backward_bias<F>(F*, const F*, int, int, cudaStream_t);
+  template void matmul_backward_bias<F>(F*, const F*, int, int, cudaStream_t);                                 \
+  template void matmul_gelu_forward<F>(F*, F*, const F*, const F*, const F*, int, int, int, const Blas&);      \
+  template void matmul_gelu_backward<F>(F*, F*, F*, const F*, const F*, const F*, const F*, int, int, int, const Blas&);
 SCALELAB_FOR_EACH_DTYPE(SCALELAB_INSTANTIATE)
 #undef SCALELAB_INSTANTIATE
 

@@ -30,6 +30,21 @@ void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp,
 template <typename F>
 void matmul_backward_bias(F* dbias, const F* dout, int N, int OC, cudaStream_t stream);
 
+// The MLP's fc layer and its GELU in one: pre (N,OC) = inp (N,C) @ weight^T + bias, out (N,OC) =
+// gelu(pre), both written (pre is what the backward needs). In bf16/fp16 one cuBLASLt product
+// computes both from its fp32 result (blas.hpp, Epilogue::kGeluBias); in fp32, or where cuBLASLt
+// does not fuse the shape, matmul_forward then gelu_forward, as the CPU twin does.
+template <typename F>
+void matmul_gelu_forward(F* out, F* pre, const F* inp, const F* weight, const F* bias, int N, int C, int OC,
+                         const Blas& blas);
+// The fc projection's backward taken through the GELU before it: dpre (N,C) = gelu'(pre) *
+// (dout (N,OC) @ weight), i.e. matmul_backward's dinp followed by gelu_backward, in one product in
+// bf16/fp16 (Epilogue::kDGelu); dweight (OC,C) += dout^T @ inp and dbias (OC) += the column sums
+// of dout as in matmul_backward. inp is gelu(pre), the projection's input.
+template <typename F>
+void matmul_gelu_backward(F* dpre, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight, const F* pre,
+                          int N, int C, int OC, const Blas& blas);
+
 // The same with contiguous rows (ld_out = OC): every layer but the LM head.
 template <typename F>
 void matmul_forward(F* out, const F* inp, const F* weight, const F* bias, int N, int C, int OC, const Blas& blas) {

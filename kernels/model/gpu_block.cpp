@@ -5,7 +5,6 @@
 #include "kernels/core/dtype.hpp"
 #include "kernels/layers/attention.hpp"
 #include "kernels/layers/attention_flash.hpp"
-#include "kernels/layers/gelu.hpp"
 #include "kernels/layers/layernorm.hpp"
 #include "kernels/layers/matmul.hpp"
 #include "kernels/layers/residual.hpp"
@@ -34,8 +33,7 @@ void gpu_block_forward(GpuBlockActs<F>& a, const BlockView<F>& w, const F* x, Gp
   matmul_forward(s.proj, a.atty, w.attproj_w, w.attproj_b, N, C, C, blas);
   residual_forward(a.residual2, x, s.proj, NC, st);
   layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_w, w.ln2_b, N, C, st);
-  matmul_forward(a.fch, a.ln2, w.fc_w, w.fc_b, N, C, 4 * C, blas);
-  gelu_forward(a.fch_gelu, a.fch, 4 * NC, st);
+  matmul_gelu_forward(a.fch_gelu, a.fch, a.ln2, w.fc_w, w.fc_b, N, C, 4 * C, blas);  // fch = pre-activation
   matmul_forward(s.proj, a.fch_gelu, w.fcproj_w, w.fcproj_b, N, 4 * C, C, blas);
   residual_forward(a.residual3, a.residual2, s.proj, NC, st);
 }
@@ -44,11 +42,10 @@ template <typename F>
 void gpu_block_backward(F* dres, const BlockView<F>& g, const GpuBlockActs<F>& a, const BlockView<F>& w, const F* x,
                         GpuBlockScratch<F>& s, int B, int T, int C, int NH, AttentionKind attention, const Blas& blas) {
   const int N = B * T;
-  const std::size_t NC = static_cast<std::size_t>(N) * C;
   cudaStream_t st = blas.stream();
   // MLP branch. d(residual3)/d(mlp_proj output) is the identity, so dres is its gradient too.
-  matmul_backward(s.dwide, g.fcproj_w, g.fcproj_b, dres, a.fch_gelu, w.fcproj_w, N, 4 * C, C, blas);
-  gelu_backward(s.dwide, s.dwide, a.fch, 4 * NC, st);
+  // dwide = d loss / d fch: the projection's input gradient taken through the GELU.
+  matmul_gelu_backward(s.dwide, g.fcproj_w, g.fcproj_b, dres, a.fch_gelu, w.fcproj_w, a.fch, N, 4 * C, C, blas);
   matmul_backward(s.dbtc, g.fc_w, g.fc_b, s.dwide, a.ln2, w.fc_w, N, C, 4 * C, blas);
   // layernorm_backward adds (+=) into dres: residual3's gradient reaches residual2 directly too.
   layernorm_backward(dres, g.ln2_w, g.ln2_b, s.ln_partials, s.dbtc, a.residual2, w.ln2_w, a.ln2_mean, a.ln2_rstd, N, C,

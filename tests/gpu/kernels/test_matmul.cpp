@@ -1,6 +1,8 @@
 // The linear layer on the GPU (cuBLAS, TF32 off) against its CPU twin (model/layers/matmul.hpp,
 // OpenBLAS), with and without a bias, at shapes that fit no tile size, with contiguous output rows
-// and with rows further apart (the LM head's padded vocabulary).
+// and with rows further apart (the LM head's padded vocabulary); and the MLP's layers with their
+// GELU (matmul_gelu_forward/backward: one cuBLASLt product with an epilogue in bf16/fp16) against
+// the CPU's matmul then gelu.
 #include <catch2/catch.hpp>
 
 #include <array>
@@ -11,6 +13,7 @@
 #include "kernels/core/blas.hpp"
 #include "kernels/core/device.hpp"
 #include "kernels/layers/matmul.hpp"
+#include "model/layers/gelu.hpp"
 #include "model/layers/matmul.hpp"
 
 namespace {
@@ -83,6 +86,92 @@ TEMPLATE_TEST_CASE("matmul forward and backward match the CPU twin", "[gpu][matm
       }
     }
   }
+}
+
+TEMPLATE_TEST_CASE("matmul with its GELU matches the CPU's matmul then gelu", "[gpu][matmul][gelu]", float, bf16,
+                   fp16) {
+  using F = TestType;
+  cuda::Stream stream;
+  cuda::Blas blas(stream.get(), nullptr);
+  // (N, C, OC): OC a multiple of 8 (fused in bf16/fp16), OC = 36 (not: cuBLASLt's aux rows must
+  // be 8-aligned, so the unfused kernels run), GPT-2's fc (C -> 4C). Inputs in [-0.5, 0.5], so
+  // the pre-activations spread over GELU's curved part, negative and positive.
+  const std::vector<std::array<int, 3>> shapes = {{7, 100, 40}, {5, 33, 36}, {64, 768, 3072}};
+  for (const auto& [N, C, OC] : shapes) {
+    const std::string label = std::string("matmul+gelu ") + dtype_name<F>() + " N=" + std::to_string(N) +
+                              " C=" + std::to_string(C) + " OC=" + std::to_string(OC);
+    Rng rng(seed_for(label));
+    const std::size_t NC = static_cast<std::size_t>(N) * C, NOC = static_cast<std::size_t>(N) * OC;
+    const std::size_t OCC = static_cast<std::size_t>(OC) * C;
+    const std::vector<float> inp = random_inputs<F>(NC, rng, -0.5f, 0.5f);
+    const std::vector<float> weight = random_inputs<F>(OCC, rng, -0.5f, 0.5f);
+    const std::vector<float> bias = random_inputs<F>(OC, rng, -0.5f, 0.5f);
+
+    // Forward, the fc layer: pre = inp weight^T + bias, out = gelu(pre).
+    std::vector<float> pre(NOC), out(NOC);
+    scalelab::matmul_forward(pre.data(), inp.data(), weight.data(), bias.data(), N, C, OC);
+    scalelab::gelu_forward(out.data(), pre.data(), NOC);
+    DeviceBuffer<F> d_inp = upload<F>(inp), d_weight = upload<F>(weight), d_bias = upload<F>(bias);
+    DeviceBuffer<F> d_out(NOC, MemCategory::kActivations, nullptr), d_pre(NOC, MemCategory::kActivations, nullptr);
+    poison(d_out);
+    poison(d_pre);
+    cuda::matmul_gelu_forward(d_out.data(), d_pre.data(), d_inp.data(), d_weight.data(), d_bias.data(), N, C, OC, blas);
+    stream.synchronize();
+    check_close(label + " pre", download(d_pre), pre, rel_tolerance<F>());
+    check_close(label + " out", download(d_out), out, rel_tolerance<F>());
+
+    // Backward, the projection after it, read the other way: a layer OC -> C whose input is
+    // gelu(pre) (N,OC). dpre = gelu'(pre) * (dout @ weight2), dweight2 += dout^T gelu(pre),
+    // dbias2 += column sums of dout. Both sides start from the same rounded pre and gelu(pre).
+    round_to<F>(pre);
+    std::vector<float> act(NOC);
+    scalelab::gelu_forward(act.data(), pre.data(), NOC);
+    round_to<F>(act);
+    const std::vector<float> weight2 = random_inputs<F>(OCC, rng, -0.5f, 0.5f);                   // (C, OC)
+    const std::vector<float> dout = random_inputs<F>(NC, rng, -0.5f, 0.5f);                       // (N, C)
+    std::vector<float> dweight2 = random_inputs<F>(OCC, rng), dbias2 = random_inputs<F>(C, rng);  // +=
+    DeviceBuffer<F> d_pre_in = upload<F>(pre), d_act = upload<F>(act), d_weight2 = upload<F>(weight2);
+    DeviceBuffer<F> d_dout = upload<F>(dout), d_dweight2 = upload<F>(dweight2), d_dbias2 = upload<F>(dbias2);
+    DeviceBuffer<F> d_dpre(NOC, MemCategory::kGrads, nullptr);
+    poison(d_dpre);
+    cuda::matmul_gelu_backward(d_dpre.data(), d_dweight2.data(), d_dbias2.data(), d_dout.data(), d_act.data(),
+                               d_weight2.data(), d_pre_in.data(), N, OC, C, blas);
+    stream.synchronize();
+    std::vector<float> dact(NOC), dpre(NOC);
+    scalelab::matmul_backward(dact.data(), dweight2.data(), dbias2.data(), dout.data(), act.data(), weight2.data(), N,
+                              OC, C);
+    scalelab::gelu_backward(dpre.data(), dact.data(), pre.data(), NOC);
+    check_close(label + " dpre", download(d_dpre), dpre, rel_tolerance<F>());
+    check_close(label + " dweight", download(d_dweight2), dweight2, rel_tolerance<F>());
+    check_close(label + " dbias", download(d_dbias2), dbias2, rel_tolerance<F>());
+  }
+}
+
+// The fused forms only pay where cuBLASLt takes them; gemm_epilogue falls back silently (false)
+// where it does not, which would leave the step as slow as before with every test above passing.
+// At GPT-2's shapes in bf16 (contiguous buffers, as the model's are) it must take all three.
+TEST_CASE("cuBLASLt fuses the bias and the GELU at GPT-2's shapes", "[gpu][matmul][gelu]") {
+  using F = bf16;
+  cuda::Stream stream;
+  cuda::Blas blas(stream.get(), nullptr);
+  const int N = 1024, C = 768;
+  const std::size_t wide = static_cast<std::size_t>(N) * 4 * C;
+  DeviceBuffer<F> inp(static_cast<std::size_t>(N) * C, MemCategory::kActivations, nullptr);
+  DeviceBuffer<F> weight(static_cast<std::size_t>(4) * C * C, MemCategory::kParams, nullptr);
+  DeviceBuffer<F> bias(4 * C, MemCategory::kParams, nullptr);
+  DeviceBuffer<F> out(wide, MemCategory::kActivations, nullptr), pre(wide, MemCategory::kActivations, nullptr);
+  const cuda::EpilogueArgs<F> add_bias{.kind = cuda::Epilogue::kBias, .bias = bias.data()};
+  const cuda::EpilogueArgs<F> gelu{
+      .kind = cuda::Epilogue::kGeluBias, .bias = bias.data(), .aux_out = pre.data(), .ld_aux = 4 * C};
+  const cuda::EpilogueArgs<F> dgelu{.kind = cuda::Epilogue::kDGelu, .aux_in = pre.data(), .ld_aux = 4 * C};
+  // qkv's forward (C -> 3C), fc's forward (C -> 4C) with GELU, fc projection's dinp through GELU.
+  CHECK(cuda::gemm_epilogue<F>(blas, false, true, N, 3 * C, C, inp.data(), C, weight.data(), C, out.data(), 3 * C,
+                               add_bias));
+  CHECK(
+      cuda::gemm_epilogue<F>(blas, false, true, N, 4 * C, C, inp.data(), C, weight.data(), C, out.data(), 4 * C, gelu));
+  CHECK(cuda::gemm_epilogue<F>(blas, false, false, N, 4 * C, C, inp.data(), C, weight.data(), 4 * C, out.data(), 4 * C,
+                               dgelu));
+  stream.synchronize();
 }
 
 }  // namespace
