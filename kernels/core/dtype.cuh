@@ -7,13 +7,20 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 
 #include "kernels/core/dtype.hpp"
 
 namespace scalelab::cuda {
 
 __device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
+// bf16 is the top half of an fp32, so widening it is a 16-bit shift. Written out rather than
+// __bfloat162float, whose inline assembly keeps the compiler from scheduling around it: the bf16
+// elementwise and LayerNorm backward kernels took a third more registers with it (same bits).
+__device__ __forceinline__ float to_float(bf16 x) {
+  return __uint_as_float(static_cast<unsigned>(__bfloat16_as_ushort(x)) << 16);
+}
 __device__ __forceinline__ float to_float(fp16 x) { return __half2float(x); }
 
 template <typename T>
@@ -81,6 +88,40 @@ struct alignas(sizeof(F) * N) Pack {
 // 16 bytes of F: 4 fp32 or 8 bf16/fp16 values.
 template <typename F>
 using Pack16 = Pack<F, 16 / sizeof(F)>;
+
+// One 128-bit load or store of a Pack16 (p 16-byte aligned). The store goes through __stwb (a
+// plain store, "write back", as `*p = raw` is) because nvcc 13 split some `*p = raw` stores of
+// unrolled loops into four 4-byte ones; the intrinsic is always one 16-byte store.
+template <typename F>
+__device__ __forceinline__ Pack16<F> load_pack(const F* p) {
+  const int4 raw = *reinterpret_cast<const int4*>(p);
+  Pack16<F> out;
+  memcpy(&out, &raw, sizeof raw);
+  return out;
+}
+template <typename F>
+__device__ __forceinline__ void store_pack(F* p, const Pack16<F>& in) {
+  int4 raw;
+  memcpy(&raw, &in, sizeof raw);
+  __stwb(reinterpret_cast<int4*>(p), raw);
+}
+
+// The split of x (n) into a scalar head [0, head), 16-byte packs [head, head + packs * kSize)
+// and a scalar tail after them.
+struct Split {
+  std::size_t head, packs, tail_begin;
+};
+template <typename F>
+Split split_at_16_bytes(const F* x, std::size_t n) {
+  constexpr std::size_t kSize = Pack16<F>::kSize;
+  const std::size_t misaligned = reinterpret_cast<std::uintptr_t>(x) % 16;
+  // Elements up to the next 16-byte boundary (an F never straddles one: its address is a
+  // multiple of sizeof(F), so misaligned is too).
+  std::size_t head = misaligned == 0 ? 0 : (16 - misaligned) / sizeof(F);
+  if (head > n) head = n;
+  const std::size_t packs = (n - head) / kSize;
+  return {head, packs, head + packs * kSize};
+}
 
 constexpr int kThreads = 256;  // block size of the elementwise kernels
 

@@ -3,9 +3,6 @@
 // values, one 128-bit load), since 2-byte accesses leave most of each memory transaction unused.
 // A buffer that does not start on a 16-byte boundary has a short scalar head (and any buffer a
 // scalar tail); the middle is all 16-byte accesses.
-#include <cstdint>
-#include <cstring>
-
 #include "kernels/core/cuda_check.hpp"
 #include "kernels/core/dtype.cuh"
 #include "kernels/optim/grad_ops.hpp"
@@ -13,37 +10,6 @@
 namespace scalelab::cuda {
 
 namespace {
-
-template <typename F>
-__device__ __forceinline__ Pack16<F> load_pack(const F* p) {  // p 16-byte aligned
-  const int4 raw = *reinterpret_cast<const int4*>(p);
-  Pack16<F> out;
-  memcpy(&out, &raw, sizeof raw);
-  return out;
-}
-template <typename F>
-__device__ __forceinline__ void store_pack(F* p, const Pack16<F>& in) {
-  int4 raw;
-  memcpy(&raw, &in, sizeof raw);
-  *reinterpret_cast<int4*>(p) = raw;
-}
-
-// The split of x (n) into a scalar head [0, head), 16-byte packs [head, head + packs * kSize)
-// and a scalar tail after them.
-struct Split {
-  std::size_t head, packs, tail_begin;
-};
-template <typename F>
-Split split_at_16_bytes(const F* x, std::size_t n) {
-  constexpr std::size_t kSize = Pack16<F>::kSize;
-  const std::size_t misaligned = reinterpret_cast<std::uintptr_t>(x) % 16;
-  // Elements up to the next 16-byte boundary (an F never straddles one: its address is a
-  // multiple of sizeof(F), so misaligned is too).
-  std::size_t head = misaligned == 0 ? 0 : (16 - misaligned) / sizeof(F);
-  if (head > n) head = n;
-  const std::size_t packs = (n - head) / kSize;
-  return {head, packs, head + packs * kSize};
-}
 
 template <typename F>
 __device__ __forceinline__ F scaled(F x, float factor) {

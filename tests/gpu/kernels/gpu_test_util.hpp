@@ -82,9 +82,16 @@ std::vector<float> random_inputs(std::size_t n, Rng& rng, float lo = 0.05f, floa
   return x;
 }
 
-// A device buffer of F holding x (rounded to nearest even for bf16/fp16).
+// A device buffer of F holding x (rounded to nearest even for bf16/fp16) from element `offset`
+// on, the elements before it 0. An offset that is not a multiple of 16 / sizeof(F) puts
+// d.data() + offset off the 16-byte alignment that the kernels' 16-byte accesses need.
 template <typename F>
-DeviceBuffer<F> upload(const std::vector<float>& x) {
+DeviceBuffer<F> upload(const std::vector<float>& x, std::size_t offset = 0) {
+  if (offset > 0) {
+    std::vector<float> padded(offset, 0.0f);
+    padded.insert(padded.end(), x.begin(), x.end());
+    return upload<F>(padded);
+  }
   DeviceBuffer<F> d(x.size(), scalelab::MemCategory::kWorkspace, nullptr);
   if constexpr (std::is_same_v<F, float>) {
     d.copy_from_host(x);
@@ -96,9 +103,10 @@ DeviceBuffer<F> upload(const std::vector<float>& x) {
   return d;
 }
 
-// The buffer's values widened to fp32 (exact). Synchronous: waits for the work before it.
+// The buffer's values widened to fp32 (exact), from element `offset` on. Synchronous: waits for
+// the work before it.
 template <typename F>
-std::vector<float> download(const DeviceBuffer<F>& d) {
+std::vector<float> download(const DeviceBuffer<F>& d, std::size_t offset = 0) {
   std::vector<float> x(d.size());
   if constexpr (std::is_same_v<F, float>) {
     d.copy_to_host(x.data(), x.size());
@@ -107,6 +115,7 @@ std::vector<float> download(const DeviceBuffer<F>& d) {
     if (!bits.empty()) SCALELAB_CUDA_CHECK(cudaMemcpy(bits.data(), d.data(), bits.size() * 2, cudaMemcpyDeviceToHost));
     scalelab::half_to_float(x.data(), bits.data(), bits.size(), half_format<F>());
   }
+  x.erase(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(offset));
   return x;
 }
 

@@ -1,9 +1,10 @@
 // LayerNorm on the GPU against its CPU twin (model/layers/layernorm.hpp): rows of C not a
-// multiple of the 32 lanes that share a row, row counts not a multiple of the 8 rows of a block.
+// multiple of the 32 lanes that share a row, row counts not a multiple of the 8 rows of a block,
+// and tensors off the 16-byte alignment of the kernels' packed accesses.
 #include <catch2/catch.hpp>
 
+#include <cstddef>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "gpu_test_util.hpp"
@@ -20,14 +21,21 @@ using scalelab::MemCategory;
 TEMPLATE_TEST_CASE("layernorm forward and backward match the CPU twin", "[gpu][layernorm]", float, bf16, fp16) {
   using F = TestType;
   cuda::Stream stream;
-  // (N rows, C channels): one row; a partial block of rows with C > 3 warps' widths; many rows
-  // with C just over a warp; GPT-2's C; GPT-2 medium's and XL's, whose backward needs more than
-  // 48 KB of shared memory per block (the kernel asks for it) and, at 1600, fewer warps a block.
-  const std::vector<std::pair<int, int>> shapes = {{1, 33},   {7, 100},   {1000 + 3, 33},
-                                                   {65, 768}, {65, 1024}, {300, 1600}};
-  for (auto [N, C] : shapes) {
+  // (N rows, C channels, offset): one row; a partial block of rows with C > 3 warps' widths; many
+  // rows with C just over a warp; GPT-2's C; GPT-2 medium's and XL's, whose backward needs more
+  // than 48 KB of shared memory per block (the kernel asks for it) and, at 1600, fewer warps a
+  // block. C = 33 (and 100 in bf16/fp16) is not a multiple of a 16-byte pack: scalar accesses.
+  // The last shape has every tensor `offset` = 1 element past a 16-byte boundary: the scalar
+  // kernels on a shape that aligned pointers run with 16-byte accesses.
+  struct Shape {
+    int N, C;
+    std::size_t offset;
+  };
+  const std::vector<Shape> shapes = {{1, 33, 0},    {7, 100, 0},    {1000 + 3, 33, 0}, {65, 768, 0},
+                                     {65, 1024, 0}, {300, 1600, 0}, {65, 768, 1}};
+  for (auto [N, C, offset] : shapes) {
     const std::string label = std::string("layernorm ") + dtype_name<F>() + " N=" + std::to_string(N) +
-                              " C=" + std::to_string(C);
+                              " C=" + std::to_string(C) + (offset ? " off 16-byte alignment" : "");
     Rng rng(seed_for(label));
     const std::size_t NC = static_cast<std::size_t>(N) * C;
     const std::vector<float> inp = random_inputs<F>(NC, rng, 0.05f, 3.0f);
@@ -37,33 +45,35 @@ TEMPLATE_TEST_CASE("layernorm forward and backward match the CPU twin", "[gpu][l
     std::vector<float> dinp = random_inputs<F>(NC, rng), dweight = random_inputs<F>(C, rng);
     std::vector<float> dbias = random_inputs<F>(C, rng);
 
-    DeviceBuffer<F> d_inp = upload<F>(inp), d_weight = upload<F>(weight), d_bias = upload<F>(bias);
-    DeviceBuffer<F> d_dout = upload<F>(dout), d_dinp = upload<F>(dinp);
-    DeviceBuffer<F> d_dweight = upload<F>(dweight), d_dbias = upload<F>(dbias);
-    DeviceBuffer<F> d_out(NC, MemCategory::kActivations, nullptr);
+    DeviceBuffer<F> d_inp = upload<F>(inp, offset), d_weight = upload<F>(weight, offset);
+    DeviceBuffer<F> d_bias = upload<F>(bias, offset), d_dout = upload<F>(dout, offset);
+    DeviceBuffer<F> d_dinp = upload<F>(dinp, offset), d_dweight = upload<F>(dweight, offset);
+    DeviceBuffer<F> d_dbias = upload<F>(dbias, offset);
+    DeviceBuffer<F> d_out(offset + NC, MemCategory::kActivations, nullptr);
     DeviceBuffer<float> d_mean(N, MemCategory::kActivations, nullptr), d_rstd(N, MemCategory::kActivations, nullptr);
     poison(d_out);
     poison(d_mean);
     poison(d_rstd);
-    cuda::layernorm_forward(d_out.data(), d_mean.data(), d_rstd.data(), d_inp.data(), d_weight.data(), d_bias.data(), N,
-                            C, stream.get());
+    cuda::layernorm_forward(d_out.data() + offset, d_mean.data(), d_rstd.data(), d_inp.data() + offset,
+                            d_weight.data() + offset, d_bias.data() + offset, N, C, stream.get());
     DeviceBuffer<float> d_scratch(cuda::layernorm_backward_scratch_elements(C), MemCategory::kWorkspace, nullptr);
     poison(d_scratch);  // scratch must be written before it is read
-    cuda::layernorm_backward(d_dinp.data(), d_dweight.data(), d_dbias.data(), d_scratch.data(), d_dout.data(),
-                             d_inp.data(), d_weight.data(), d_mean.data(), d_rstd.data(), N, C, stream.get());
+    cuda::layernorm_backward(d_dinp.data() + offset, d_dweight.data() + offset, d_dbias.data() + offset,
+                             d_scratch.data(), d_dout.data() + offset, d_inp.data() + offset, d_weight.data() + offset,
+                             d_mean.data(), d_rstd.data(), N, C, stream.get());
     stream.synchronize();
 
     std::vector<float> out(NC), mean(N), rstd(N);
     scalelab::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(), bias.data(), N, C);
     scalelab::layernorm_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(),
                                  mean.data(), rstd.data(), N, C);
-    check_close(label + " out", download(d_out), out, rel_tolerance<F>());
+    check_close(label + " out", download(d_out, offset), out, rel_tolerance<F>());
     // The statistics are fp32 whatever F is, computed from the same (rounded) inputs.
     check_close(label + " mean", download(d_mean), mean, rel_tolerance<float>());
     check_close(label + " rstd", download(d_rstd), rstd, rel_tolerance<float>());
-    check_close(label + " dinp", download(d_dinp), dinp, rel_tolerance<F>());
-    check_close(label + " dweight", download(d_dweight), dweight, rel_tolerance<F>());
-    check_close(label + " dbias", download(d_dbias), dbias, rel_tolerance<F>());
+    check_close(label + " dinp", download(d_dinp, offset), dinp, rel_tolerance<F>());
+    check_close(label + " dweight", download(d_dweight, offset), dweight, rel_tolerance<F>());
+    check_close(label + " dbias", download(d_dbias, offset), dbias, rel_tolerance<F>());
   }
 }
 
