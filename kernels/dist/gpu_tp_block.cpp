@@ -96,7 +96,7 @@ void gpu_tp_block_backward(TpGroup& tp, F* dres, const BlockView<F>& g, const Gp
   F* dln = sp ? s.dln : s.full;     // f's backward: this rank's rows of d LayerNorm output
   // MLP. The row-parallel c_proj: its bias gradient from this rank's rows of dres, then its input
   // and weight gradients from the whole rows.
-  matmul_backward_bias(g.fcproj_b, dres, Nl, C, st);
+  matmul_backward_bias(g.fcproj_b, dres, Nl, C, blas);
   gpu_g_backward(tp, dres, dy_full, NC);
   matmul_gelu_backward(s.dwide, g.fcproj_w, static_cast<F*>(nullptr), dy_full, a.fch_gelu, w.fcproj_w, a.fch, N, 4 * Cl,
                        C, blas);
@@ -105,7 +105,7 @@ void gpu_tp_block_backward(TpGroup& tp, F* dres, const BlockView<F>& g, const Gp
   layernorm_backward(dres, g.ln2_w, g.ln2_b, s.ln_partials, dln, a.residual2, w.ln2_w, a.ln2_mean, a.ln2_rstd, Nl, C,
                      st);
   // Attention, the same way.
-  matmul_backward_bias(g.attproj_b, dres, Nl, C, st);
+  matmul_backward_bias(g.attproj_b, dres, Nl, C, blas);
   gpu_g_backward(tp, dres, dy_full, NC);
   matmul_backward(s.dnarrow, g.attproj_w, static_cast<F*>(nullptr), dy_full, a.atty, w.attproj_w, N, Cl, C, blas);
   if (d.attention == AttentionKind::kFlash)  // d qkv (N, 3Cl) in dwide

@@ -28,7 +28,7 @@ void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp,
 // dbias (OC) += the column sums of dout (N,OC), contiguous rows: matmul_backward's bias part alone
 // (a row-parallel layer's bias under tensor parallelism, from this rank's rows only).
 template <typename F>
-void matmul_backward_bias(F* dbias, const F* dout, int N, int OC, cudaStream_t stream);
+void matmul_backward_bias(F* dbias, const F* dout, int N, int OC, const Blas& blas);
 
 // The MLP's fc layer and its GELU in one: pre (N,OC) = inp (N,C) @ weight^T + bias, out (N,OC) =
 // gelu(pre), both written (pre is what the backward needs). In bf16/fp16 one cuBLASLt product

@@ -28,8 +28,10 @@ TEMPLATE_TEST_CASE("matmul forward and backward match the CPU twin", "[gpu][matm
   cuda::Blas blas(stream.get(), nullptr);  // allow_tf32 = false: fp32 stays fp32
   REQUIRE_FALSE(blas.allow_tf32());
   // (N, C, OC): one row; odd everything; many rows and OC = 257 (bias columns past a 32-wide
-  // block of bias_backward); GPT-2's attention projection.
-  const std::vector<std::array<int, 3>> shapes = {{1, 33, 65}, {7, 100, 33}, {1000 + 3, 100, 257}, {64, 768, 2304}};
+  // strip of the bias gradient's scalar path); GPT-2's qkv layer; many rows in a last partial
+  // chunk of the bias gradient's first pass, with 16-byte loads (OC = 768, N = 4099).
+  const std::vector<std::array<int, 3>> shapes = {
+      {1, 33, 65}, {7, 100, 33}, {1000 + 3, 100, 257}, {64, 768, 2304}, {4096 + 3, 64, 768}};
   for (const auto& [N, C, OC] : shapes) {
     for (bool with_bias : {true, false}) {
       // Contiguous rows of out and dout (ld = OC), then rows further apart (the LM head's padded

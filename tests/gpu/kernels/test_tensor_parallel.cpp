@@ -156,6 +156,7 @@ TEMPLATE_TEST_CASE("the row-parallel bias add and the bias gradient's column sum
                    "[gpu][tensor_parallel]", float, bf16, fp16) {
   using F = TestType;
   cuda::Stream stream;
+  cuda::Blas blas(stream.get(), nullptr);  // matmul_backward_bias keeps its partial sums in the workspace
   for (const auto& [N, C] : std::vector<std::pair<int, int>>{{7, 33}, {130, 768}}) {
     const std::string label = std::string("bias ") + dtype_name<F>() + " N=" + std::to_string(N) +
                               " C=" + std::to_string(C);
@@ -164,7 +165,7 @@ TEMPLATE_TEST_CASE("the row-parallel bias add and the bias gradient's column sum
     const std::vector<float> bias = random_inputs<F>(static_cast<std::size_t>(C), rng);
     std::vector<float> dbias = random_inputs<F>(static_cast<std::size_t>(C), rng);  // +=
     DeviceBuffer<F> d_y = upload<F>(y), d_bias = upload<F>(bias), d_dbias = upload<F>(dbias);
-    cuda::matmul_backward_bias(d_dbias.data(), d_y.data(), N, C, stream.get());  // the sums of y before the add
+    cuda::matmul_backward_bias(d_dbias.data(), d_y.data(), N, C, blas);  // the sums of y before the add
     cuda::add_bias(d_y.data(), d_bias.data(), N, C, stream.get());
     stream.synchronize();
     for (int n = 0; n < N; ++n)
