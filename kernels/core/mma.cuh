@@ -34,6 +34,7 @@
 #include <type_traits>
 
 #include "kernels/core/dtype.hpp"
+#include "kernels/core/mma_layout.hpp"
 
 namespace scalelab::cuda::mma {
 
@@ -86,14 +87,17 @@ __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
 }
 
 // The A fragment (16x16) made of two C fragments (16x8): left = columns 0-7, right = 8-15.
+// a[0] = left's (row g, columns 2i, 2i+1), a[1] = left's row g+8, a[2] and a[3] the same of right
+// (mma_layout.hpp's a_register_source, which the CPU test checks).
 template <typename F>
 __device__ __forceinline__ void to_a_fragment(std::uint32_t (&a)[4], const float (&left)[4], const float (&right)[4]) {
-  a[0] = pack2<F>(left[0], left[1]);    // row g,   columns 2i, 2i+1
-  a[1] = pack2<F>(left[2], left[3]);    // row g+8, columns 2i, 2i+1
-  a[2] = pack2<F>(right[0], right[1]);  // row g,   columns 8+2i, 8+2i+1
-  a[3] = pack2<F>(right[2], right[3]);  // row g+8, columns 8+2i, 8+2i+1
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const AccumulatorPair from = a_register_source(r);
+    const float(&acc)[4] = from.half == 0 ? left : right;
+    a[r] = pack2<F>(acc[from.e], acc[from.e + 1]);
+  }
 }
-
 // Asynchronous 16-byte copy global -> shared that bypasses the registers (and L1): with
 // `valid` false it reads nothing and writes 16 zero bytes, which is how tiles are padded past
 // the end of the sequence. Groups of copies are committed and waited for as below.

@@ -28,6 +28,7 @@
 #include "kernels/core/cuda_check.hpp"
 #include "kernels/core/dtype.cuh"
 #include "kernels/core/mma.cuh"
+#include "kernels/core/mma_layout.hpp"
 #include "kernels/layers/attention_flash.hpp"
 #include "kernels/layers/attention_flash_mma.hpp"
 
@@ -35,6 +36,7 @@ namespace scalelab::cuda {
 
 namespace {
 
+using mma::accumulator_element;
 using mma::cp_async_commit;
 using mma::cp_async_wait;
 using mma::mma_16x8x16;
@@ -74,25 +76,27 @@ __device__ void load_tile_async(F* dst, const F* src, std::size_t ld, int row0, 
   }
 }
 
-// Fragments of a warp's products from tiles in shared memory (ld = the tile's row stride).
+// Fragments of a warp's products from tiles in shared memory (ld = the tile's row stride); which
+// row each lane addresses is in kernels/core/mma_layout.hpp (checked on the CPU by
+// tests/kernels/test_mma_layout.cpp).
 // A (16x16): rows [r0, r0 + 16) and columns [c0, c0 + 16) of a row-major tile.
 template <typename F>
 __device__ __forceinline__ void load_a(std::uint32_t (&a)[4], const F* tile, int ld, int r0, int c0) {
-  const int lane = threadIdx.x % 32, m = lane / 8;  // m: which of the four 8x8 matrices
-  mma::ldmatrix_x4(a, tile + (r0 + (m & 1) * 8 + lane % 8) * ld + c0 + (m >> 1) * 8);
+  const mma::RowCol p = mma::a_row_start(threadIdx.x % 32);
+  mma::ldmatrix_x4(a, tile + (r0 + p.row) * ld + c0 + p.col);
 }
 // B of two neighbouring products (n0..n0+7 in b[0], b[1]; n0+8..n0+15 in b[2], b[3]), k0..k0+15,
 // from a tile that stores B transposed: n along its rows (q k^T: keys are the tile's rows).
 template <typename F>
 __device__ __forceinline__ void load_b_rows_n(std::uint32_t (&b)[4], const F* tile, int ld, int n0, int k0) {
-  const int lane = threadIdx.x % 32, m = lane / 8;
-  mma::ldmatrix_x4(b, tile + (n0 + (m >> 1) * 8 + lane % 8) * ld + k0 + (m & 1) * 8);
+  const mma::RowCol p = mma::b_row_start_n_rows(threadIdx.x % 32);
+  mma::ldmatrix_x4(b, tile + (n0 + p.row) * ld + k0 + p.col);
 }
 // The same from a tile that stores B as it is: k along its rows (P v: keys are the tile's rows).
 template <typename F>
 __device__ __forceinline__ void load_b_rows_k(std::uint32_t (&b)[4], const F* tile, int ld, int k0, int n0) {
-  const int lane = threadIdx.x % 32, m = lane / 8;
-  mma::ldmatrix_x4_trans(b, tile + (k0 + (m & 1) * 8 + lane % 8) * ld + n0 + (m >> 1) * 8);
+  const mma::RowCol p = mma::b_row_start_k_rows(threadIdx.x % 32);
+  mma::ldmatrix_x4_trans(b, tile + (k0 + p.row) * ld + n0 + p.col);
 }
 
 // acc (16 x 8 kN) += A (16 x 16 kK, fragments a[kK]) B, with B's fragments loaded pairwise by
@@ -236,13 +240,15 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 
     // Causal mask, on the diagonal tile only: below it every key precedes every query (and is
     // below T, since only the last tile can be partial and it is some query tile's diagonal).
-    // Lane element (n, e) is query t_row[e / 2], key kt 64 + 8n + 2i + e % 2.
+    // Lane element (n, e) is query q0 + 16 warp + row, key kt 64 + 8n + column.
     if (kt == qt) {
 #pragma unroll
       for (int n = 0; n < kCols / 8; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (kt * kCols + 8 * n + 2 * i + (e & 1) > t_row[e >> 1]) s[n][e] = -INFINITY;
+        for (int e = 0; e < 4; ++e) {
+          const mma::RowCol at = accumulator_element(lane, e);
+          if (kt * kCols + 8 * n + at.col > q0 + warp * 16 + at.row) s[n][e] = -INFINITY;
+        }
     }
     // The online softmax. Every row keeps at least one key in every tile (the tile's first key
     // is at or before each of its queries), so m_new is finite and no exp2 sees inf - inf.
@@ -307,7 +313,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   float* lse_s = D_s + kCols;
   const Head at(T, C, NH, HS);
   const int kt = blockIdx.x, k0 = kt * kRows, query_tiles = (T + kCols - 1) / kCols;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, i = lane % 4;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int r0 = warp * kRows / kWarps;  // this warp's first key of the tile
   const F* q = qkv + at.qkv_offset;
   const F* dO = dout + at.out_offset;
@@ -352,13 +358,14 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
       load_a_rows<F>(ka, Vs, kLd, r0);
       warp_product<F>(dp, ka, [&](std::uint32_t(&b)[4], int n0, int k0_) { load_b_rows_n(b, dOt, kLd, n0, k0_); });
     }
-    // Lane element (n, e): key u = k0 + r0 + g + 8 (e / 2), query t = q0 + 8n + 2i + e % 2.
+    // Lane element (n, e): key u = k0 + r0 + row, query t = q0 + 8n + column.
     // P^T = 2^(S'^T - lse log2 e) where u <= t < T, else 0; dS^T = P^T (dP^T - D_t) (in dp).
 #pragma unroll
     for (int n = 0; n < kCols / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int tq = 8 * n + 2 * i + (e & 1), t = q0 + tq, u = k0 + r0 + g + 8 * (e >> 1);
+        const mma::RowCol at = accumulator_element(lane, e);
+        const int tq = 8 * n + at.col, t = q0 + tq, u = k0 + r0 + at.row;
         const bool keep = u <= t && t < T;
         const float p = keep ? exp2f(fmaf(s[n][e], scale_log2, -lse_s[tq])) : 0.0f;
         dp[n][e] = keep ? p * (dp[n][e] - D_s[tq]) : 0.0f;
@@ -396,7 +403,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   float* lse_s = D_s + kRows;
   const Head at(T, C, NH, HS);
   const int qt = gridDim.x - 1 - blockIdx.x, q0 = qt * kRows;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, i = lane % 4;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
   const int r0 = warp * kRows / kWarps;
   const F* q = qkv + at.qkv_offset;
   const F* k = q + C;
@@ -443,12 +450,12 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     zero(dp);
     warp_product<F>(s, qa, [&](std::uint32_t(&b)[4], int n0, int k0) { load_b_rows_n(b, Kt, kLd, n0, k0); });
     warp_product<F>(dp, da, [&](std::uint32_t(&b)[4], int n0, int k0) { load_b_rows_n(b, Vt, kLd, n0, k0); });
-    // Lane element (n, e): query t_row[e / 2], key kt 64 + 8n + 2i + e % 2.
+    // Lane element (n, e): query t_row[e / 2] (q0 + r0 + row), key kt 64 + 8n + column.
 #pragma unroll
     for (int n = 0; n < kCols / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int u = kt * kCols + 8 * n + 2 * i + (e & 1), t = t_row[e >> 1];
+        const int u = kt * kCols + 8 * n + accumulator_element(lane, e).col, t = t_row[e >> 1];
         const bool keep = u <= t && t < T;
         const float p = keep ? exp2f(fmaf(s[n][e], scale_log2, -lse_row[e >> 1])) : 0.0f;
         dp[n][e] = keep ? p * (dp[n][e] - D_row[e >> 1]) : 0.0f;  // dS
