@@ -366,6 +366,17 @@ TEST_CASE("GPU bf16 GPT with flash attention: within bf16 rounding of the CPU's 
   compare_with_cpu(cpu, [&cpu] { return cpu.grads_as_float(); }, gpu, {.loss = 1e-2, .grads = 3e-2, .params = 0.2});
 }
 
+TEST_CASE("GPU bf16 GPT with flash attention at head size 16: the register-resident kernels in the model",
+          "[gpu][model][flash]") {
+  // tiny's head size is 8, which the register-resident kernels (attention_flash_mma.hpp) do not
+  // take; with 2 heads of 16 the model's aligned buffers send every attention call to them.
+  const GPTConfig c = gpt_config_of_shape(64, 16, 32, 2, 2, "tiny, 2 heads of 16");
+  MixedPrecisionModel cpu(c, HalfFormat::kBF16, nullptr);
+  GpuTrainModel<cuda::bf16> gpu(c, nullptr);
+  gpu.set_attention(AttentionKind::kFlash);
+  compare_with_cpu(cpu, [&cpu] { return cpu.grads_as_float(); }, gpu, {.loss = 1e-2, .grads = 3e-2, .params = 0.2});
+}
+
 TEST_CASE("GPU flash attention: activation bytes equal the formula, the (T,T) probabilities gone",
           "[gpu][model][flash][memory]") {
   const GPTConfig c = gpt_config_by_name("tiny");
