@@ -246,8 +246,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
       for (int n = 0; n < kCols / 8; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const mma::RowCol at = accumulator_element(lane, e);
-          if (kt * kCols + 8 * n + at.col > q0 + warp * 16 + at.row) s[n][e] = -INFINITY;
+          const mma::RowCol place = accumulator_element(lane, e);
+          if (kt * kCols + 8 * n + place.col > q0 + warp * 16 + place.row) s[n][e] = -INFINITY;
         }
     }
     // The online softmax. Every row keeps at least one key in every tile (the tile's first key
@@ -364,8 +364,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     for (int n = 0; n < kCols / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const mma::RowCol at = accumulator_element(lane, e);
-        const int tq = 8 * n + at.col, t = q0 + tq, u = k0 + r0 + at.row;
+        const mma::RowCol place = accumulator_element(lane, e);
+        const int tq = 8 * n + place.col, t = q0 + tq, u = k0 + r0 + place.row;
         const bool keep = u <= t && t < T;
         const float p = keep ? exp2f(fmaf(s[n][e], scale_log2, -lse_s[tq])) : 0.0f;
         dp[n][e] = keep ? p * (dp[n][e] - D_s[tq]) : 0.0f;
