@@ -27,6 +27,13 @@ Blas::Blas(cudaStream_t stream, MemoryTracker* tracker, bool allow_tf32)
   }
 }
 
+std::optional<cublasLtMatmulAlgo_t> Blas::lt_algorithm(
+    const LtKey& key, const std::function<std::optional<cublasLtMatmulAlgo_t>()>& ask) const {
+  const auto found = lt_algorithms_.find(key);
+  if (found != lt_algorithms_.end()) return found->second;
+  return lt_algorithms_[key] = ask();
+}
+
 Blas::~Blas() {
   if (lt_handle_) cublasLtDestroy(lt_handle_);
   if (handle_) cublasDestroy(handle_);
@@ -132,9 +139,9 @@ bool gemm_epilogue(const Blas& blas, bool trans_a, bool trans_b, int m, int n, i
     set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(epilogue.bias));
     set(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<std::int32_t>(t));
   }
+  const void* aux = epilogue.kind == Epilogue::kGeluBias ? static_cast<const void*>(epilogue.aux_out)
+                                                         : static_cast<const void*>(epilogue.aux_in);
   if (epilogue.kind != Epilogue::kBias) {
-    const void* aux = epilogue.kind == Epilogue::kGeluBias ? static_cast<const void*>(epilogue.aux_out)
-                                                           : static_cast<const void*>(epilogue.aux_in);
     set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
     set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<std::int64_t>(epilogue.ld_aux));
   }
@@ -144,30 +151,50 @@ bool gemm_epilogue(const Blas& blas, bool trans_a, bool trans_b, int m, int n, i
   const Layout la = trans_a ? layout(t, m, k, lda) : layout(t, k, m, lda);
   const Layout lc = layout(t, n, m, ldc);
 
-  cublasLtMatmulPreference_t raw_pref = nullptr;
-  SCALELAB_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_pref));
-  const Preference pref(raw_pref);
   const std::size_t workspace = blas.workspace_bytes();
-  SCALELAB_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                             &workspace, sizeof workspace));
-  const std::pair<cublasLtMatmulPreferenceAttributes_t, const void*> matrices[] = {
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, b},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, a},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, c},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, c}};
-  for (const auto& [attribute, pointer] : matrices) {
-    const std::uint32_t bytes = alignment(pointer);
-    SCALELAB_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.get(), attribute, &bytes, sizeof bytes));
-  }
-  cublasLtMatmulHeuristicResult_t heuristic{};
-  int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(blas.lt_handle(), desc.get(), lb.get(), la.get(),
-                                                               lc.get(), lc.get(), pref.get(), 1, &heuristic, &found);
-  if (status != CUBLAS_STATUS_SUCCESS || found == 0) return false;  // nothing fuses this: the caller's kernels
+  const auto ask = [&]() -> std::optional<cublasLtMatmulAlgo_t> {
+    cublasLtMatmulPreference_t raw_pref = nullptr;
+    SCALELAB_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_pref));
+    const Preference pref(raw_pref);
+    SCALELAB_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                               &workspace, sizeof workspace));
+    const std::pair<cublasLtMatmulPreferenceAttributes_t, const void*> matrices[] = {
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, b},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, a},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, c},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, c}};
+    for (const auto& [attribute, pointer] : matrices) {
+      const std::uint32_t bytes = alignment(pointer);
+      SCALELAB_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.get(), attribute, &bytes, sizeof bytes));
+    }
+    cublasLtMatmulHeuristicResult_t heuristic{};
+    int found = 0;
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(blas.lt_handle(), desc.get(), lb.get(), la.get(),
+                                                                 lc.get(), lc.get(), pref.get(), 1, &heuristic, &found);
+    if (status != CUBLAS_STATUS_SUCCESS || found == 0) return std::nullopt;
+    return heuristic.algo;
+  };
+  const Blas::LtKey key = {t,
+                           static_cast<int>(epilogue.kind),
+                           trans_a,
+                           trans_b,
+                           m,
+                           n,
+                           k,
+                           lda,
+                           ldb,
+                           ldc,
+                           epilogue.ld_aux,
+                           alignment(a),
+                           alignment(b),
+                           alignment(c),
+                           alignment(epilogue.bias),
+                           alignment(aux)};
+  const std::optional<cublasLtMatmulAlgo_t> algo = blas.lt_algorithm(key, ask);
+  if (!algo) return false;  // nothing fuses this: the caller runs its kernels
   const float alpha = 1.0f, beta = 0.0f;
   SCALELAB_CUBLAS_CHECK(cublasLtMatmul(blas.lt_handle(), desc.get(), &alpha, b, lb.get(), a, la.get(), &beta, c,
-                                       lc.get(), c, lc.get(), &heuristic.algo, blas.workspace(), workspace,
-                                       blas.stream()));
+                                       lc.get(), c, lc.get(), &*algo, blas.workspace(), workspace, blas.stream()));
   return true;
 }
 

@@ -12,7 +12,12 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
 
 #include "core/memory.hpp"
 #include "kernels/core/device_buffer.hpp"
@@ -41,6 +46,14 @@ class Blas {
 
   static constexpr std::size_t kWorkspaceBytes = 32u << 20;  // cuBLAS's recommendation for Hopper
 
+  // cuBLASLt's algorithm for a fused product (gemm_epilogue), asked of its heuristic once per
+  // description (types, shapes, strides, epilogue, pointer alignments) and then remembered:
+  // the heuristic costs tens of microseconds of host time, and a training step asks for the same
+  // few products in every layer. nullopt: cuBLASLt has none for it.
+  using LtKey = std::array<std::int64_t, 16>;
+  std::optional<cublasLtMatmulAlgo_t> lt_algorithm(
+      const LtKey& key, const std::function<std::optional<cublasLtMatmulAlgo_t>()>& ask) const;
+
  private:
   cublasHandle_t handle_ = nullptr;
   cublasLtHandle_t lt_handle_ = nullptr;
@@ -48,6 +61,7 @@ class Blas {
   bool allow_tf32_ = false;
   // Scratch that every product may overwrite, even through a const Blas: not part of its state.
   mutable DeviceBuffer<unsigned char> workspace_;
+  mutable std::map<LtKey, std::optional<cublasLtMatmulAlgo_t>> lt_algorithms_;  // a cache, as above
 };
 
 // Row-major C (m,n) = alpha * op(A) (m,k) @ op(B) (k,n) + beta * C. T: float, __nv_bfloat16, __half.
