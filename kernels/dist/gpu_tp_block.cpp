@@ -74,9 +74,8 @@ void gpu_tp_block_forward(TpGroup& tp, GpuBlockActs<F>& a, const BlockView<F>& w
   matmul_forward(s.full, a.atty, w.attproj_w, static_cast<const F*>(nullptr), N, Cl, C, blas);  // row: a partial sum
   gpu_g_forward(tp, s.full, proj, NC);
   add_bias(proj, w.attproj_b, Nl, C, st);
-  residual_forward(a.residual2, x, proj, NlC, st);
   F* ln2 = sp ? s.ln : a.ln2;
-  layernorm_forward(ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_w, w.ln2_b, Nl, C, st);
+  residual_layernorm_forward(a.residual2, ln2, a.ln2_mean, a.ln2_rstd, x, proj, w.ln2_w, w.ln2_b, Nl, C, st);
   gpu_f_forward(tp, ln2, a.ln2, NC);
   matmul_gelu_forward(a.fch_gelu, a.fch, a.ln2, w.fc_w, w.fc_b, N, C, 4 * Cl, blas);
   matmul_forward(s.full, a.fch_gelu, w.fcproj_w, static_cast<const F*>(nullptr), N, 4 * Cl, C, blas);

@@ -39,24 +39,48 @@ constexpr int kRowsPerBlock = 8;  // warps per block in the row kernels (256 thr
 constexpr int kForwardUnroll = 4;  // forward: packs a lane loads in its first pass before it uses them
 
 // Forward of row blockIdx.x * kRowsPerBlock + warp. P channels per access (C % P == 0, rows and
-// pointers P * sizeof(F)-byte aligned).
-template <typename F, int P>
-__global__ void layernorm_forward_kernel(F* out, float* mean, float* rstd, const F* inp, const F* weight, const F* bias,
-                                         int N, int C) {
+// pointers P * sizeof(F)-byte aligned). With kResidual the row is first made, not read: x = res_a + res_b
+// rounded to F, as residual_forward rounds it, written to `residual` (which is then `inp`: the
+// later passes read it back, each lane its own packs) and normalised from those rounded values,
+// so the outputs are those of residual_forward then layernorm_forward, bit for bit, with one read
+// of the residual stream less (stage 08's fused residual + LayerNorm).
+template <typename F, int P, bool kResidual>
+__global__ void layernorm_forward_kernel(F* out, float* mean, float* rstd, const F* inp, F* residual, const F* res_a,
+                                         const F* res_b, const F* weight, const F* bias, int N, int C) {
   using V = Pack<F, P>;
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
   if (row >= N) return;  // the whole warp leaves together: the shuffles below stay full-warp
   const int packs = C / P;
-  const V* x = reinterpret_cast<const V*>(inp + static_cast<std::size_t>(row) * C);
+  const std::size_t off = static_cast<std::size_t>(row) * C;
+  const V* x = reinterpret_cast<const V*>(inp + off);
 
-  // Pass 1: the mean, the row's one read from memory.
+  // Pass 1: the mean, the row's one read from memory (of a and b with kResidual, the sum stored).
   float sum = 0.0f;
   for (int q0 = lane; q0 < packs; q0 += 32 * kForwardUnroll) {
     V xv[kForwardUnroll];
+    if constexpr (kResidual) {
+      const V* av = reinterpret_cast<const V*>(res_a + off);
+      const V* bv = reinterpret_cast<const V*>(res_b + off);
+      V ap[kForwardUnroll], bp[kForwardUnroll];
 #pragma unroll
-    for (int u = 0; u < kForwardUnroll; ++u)
-      if (q0 + 32 * u < packs) xv[u] = x[q0 + 32 * u];
+      for (int u = 0; u < kForwardUnroll; ++u)
+        if (q0 + 32 * u < packs) {
+          ap[u] = av[q0 + 32 * u];
+          bp[u] = bv[q0 + 32 * u];
+        }
+#pragma unroll
+      for (int u = 0; u < kForwardUnroll; ++u) {
+        if (q0 + 32 * u >= packs) break;
+#pragma unroll
+        for (int k = 0; k < P; ++k) xv[u].v[k] = from_float<F>(to_float(ap[u].v[k]) + to_float(bp[u].v[k]));
+        reinterpret_cast<V*>(residual + off)[q0 + 32 * u] = xv[u];
+      }
+    } else {
+#pragma unroll
+      for (int u = 0; u < kForwardUnroll; ++u)
+        if (q0 + 32 * u < packs) xv[u] = x[q0 + 32 * u];
+    }
 #pragma unroll
     for (int u = 0; u < kForwardUnroll; ++u) {
       if (q0 + 32 * u >= packs) break;
@@ -287,19 +311,33 @@ bool rows_on_16_bytes(int C, std::initializer_list<const void*> pointers) {
   return true;
 }
 
+// The forward kernel over N rows, with 16-byte accesses where every tensor's rows allow them.
+template <typename F, bool kResidual>
+void launch_layernorm_forward(F* out, float* mean, float* rstd, const F* inp, F* residual, const F* a, const F* b,
+                              const F* weight, const F* bias, int N, int C, cudaStream_t stream) {
+  if (N <= 0 || C <= 0) return;
+  const unsigned blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
+  if (rows_on_16_bytes<F>(C, {out, inp, residual, a, b, weight, bias}))
+    layernorm_forward_kernel<F, Pack16<F>::kSize, kResidual>
+        <<<blocks, kRowsPerBlock * 32, 0, stream>>>(out, mean, rstd, inp, residual, a, b, weight, bias, N, C);
+  else
+    layernorm_forward_kernel<F, 1, kResidual>
+        <<<blocks, kRowsPerBlock * 32, 0, stream>>>(out, mean, rstd, inp, residual, a, b, weight, bias, N, C);
+  SCALELAB_CUDA_LAUNCH_CHECK();
+}
+
 }  // namespace
 
 template <typename F>
 void layernorm_forward(F* out, float* mean, float* rstd, const F* inp, const F* weight, const F* bias, int N, int C,
                        cudaStream_t stream) {
-  if (N <= 0 || C <= 0) return;
-  const unsigned blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
-  if (rows_on_16_bytes<F>(C, {out, inp, weight, bias}))
-    layernorm_forward_kernel<F, Pack16<F>::kSize>
-        <<<blocks, kRowsPerBlock * 32, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C);
-  else
-    layernorm_forward_kernel<F, 1><<<blocks, kRowsPerBlock * 32, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C);
-  SCALELAB_CUDA_LAUNCH_CHECK();
+  launch_layernorm_forward<F, false>(out, mean, rstd, inp, nullptr, nullptr, nullptr, weight, bias, N, C, stream);
+}
+
+template <typename F>
+void residual_layernorm_forward(F* residual, F* out, float* mean, float* rstd, const F* a, const F* b, const F* weight,
+                                const F* bias, int N, int C, cudaStream_t stream) {
+  launch_layernorm_forward<F, true>(out, mean, rstd, residual, residual, a, b, weight, bias, N, C, stream);
 }
 
 template <typename F>
@@ -328,6 +366,8 @@ void layernorm_backward(F* dinp, F* dweight, F* dbias, float* scratch, const F* 
 
 #define SCALELAB_INSTANTIATE(F)                                                                                     \
   template void layernorm_forward<F>(F*, float*, float*, const F*, const F*, const F*, int, int, cudaStream_t);     \
+  template void residual_layernorm_forward<F>(F*, F*, float*, float*, const F*, const F*, const F*, const F*, int,  \
+                                              int, cudaStream_t);                                                   \
   template void layernorm_backward<F>(F*, F*, F*, float*, const F*, const F*, const F*, const float*, const float*, \
                                       int, int, cudaStream_t);
 SCALELAB_FOR_EACH_DTYPE(SCALELAB_INSTANTIATE)

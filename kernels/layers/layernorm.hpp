@@ -13,6 +13,13 @@ namespace scalelab::cuda {
 template <typename F>
 void layernorm_forward(F* out, float* mean, float* rstd, const F* inp, const F* weight, const F* bias, int N, int C,
                        cudaStream_t stream);
+// The residual add and the LayerNorm after it in one pass over the rows (llm.c and PyTorch's
+// compiler fuse them too): residual (N,C) = a + b, rounded to F as residual_forward rounds it,
+// then out, mean, rstd = layernorm_forward of residual. The same values, bit for bit, as those two
+// calls, with one read of the residual stream less. residual may be a (in place).
+template <typename F>
+void residual_layernorm_forward(F* residual, F* out, float* mean, float* rstd, const F* a, const F* b, const F* weight,
+                                const F* bias, int N, int C, cudaStream_t stream);
 // dinp (N,C) +=; dweight, dbias (C) +=; dout (N,C); scratch: layernorm_backward_scratch_elements(C)
 // fp32 values of workspace (the per-chunk partial sums of dweight and dbias). Deterministic: each
 // sum has a fixed order for a given N.

@@ -31,8 +31,7 @@ void gpu_block_forward(GpuBlockActs<F>& a, const BlockView<F>& w, const F* x, Gp
   else
     attention_forward(a.atty, a.att, a.qkv, B, T, C, NH, blas);
   matmul_forward(s.proj, a.atty, w.attproj_w, w.attproj_b, N, C, C, blas);
-  residual_forward(a.residual2, x, s.proj, NC, st);
-  layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_w, w.ln2_b, N, C, st);
+  residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, x, s.proj, w.ln2_w, w.ln2_b, N, C, st);
   matmul_gelu_forward(a.fch_gelu, a.fch, a.ln2, w.fc_w, w.fc_b, N, C, 4 * C, blas);  // fch = pre-activation
   matmul_forward(s.proj, a.fch_gelu, w.fcproj_w, w.fcproj_b, N, 4 * C, C, blas);
   residual_forward(a.residual3, a.residual2, s.proj, NC, st);
