@@ -27,11 +27,11 @@ Blas::Blas(cudaStream_t stream, MemoryTracker* tracker, bool allow_tf32)
   }
 }
 
-std::optional<cublasLtMatmulAlgo_t> Blas::lt_algorithm(
+std::optional<cublasLtMatmulAlgo_t>& Blas::lt_algorithm(
     const LtKey& key, const std::function<std::optional<cublasLtMatmulAlgo_t>()>& ask) const {
   const auto found = lt_algorithms_.find(key);
   if (found != lt_algorithms_.end()) return found->second;
-  return lt_algorithms_[key] = ask();
+  return lt_algorithms_[key] = ask();  // std::map: the entry stays where it is as others are added
 }
 
 Blas::~Blas() {
@@ -190,11 +190,17 @@ bool gemm_epilogue(const Blas& blas, bool trans_a, bool trans_b, int m, int n, i
                            alignment(c),
                            alignment(epilogue.bias),
                            alignment(aux)};
-  const std::optional<cublasLtMatmulAlgo_t> algo = blas.lt_algorithm(key, ask);
+  std::optional<cublasLtMatmulAlgo_t>& algo = blas.lt_algorithm(key, ask);
   if (!algo) return false;  // nothing fuses this: the caller runs its kernels
   const float alpha = 1.0f, beta = 0.0f;
-  SCALELAB_CUBLAS_CHECK(cublasLtMatmul(blas.lt_handle(), desc.get(), &alpha, b, lb.get(), a, la.get(), &beta, c,
-                                       lc.get(), c, lc.get(), &*algo, blas.workspace(), workspace, blas.stream()));
+  const cublasStatus_t status = cublasLtMatmul(blas.lt_handle(), desc.get(), &alpha, b, lb.get(), a, la.get(), &beta, c,
+                                               lc.get(), c, lc.get(), &*algo, blas.workspace(), workspace,
+                                               blas.stream());
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) {  // offered by the heuristic, refused by the library
+    algo.reset();  // nothing was launched: the unfused kernels run, now and for later calls
+    return false;
+  }
+  SCALELAB_CUBLAS_CHECK(status);
   return true;
 }
 

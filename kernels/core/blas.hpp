@@ -49,9 +49,10 @@ class Blas {
   // cuBLASLt's algorithm for a fused product (gemm_epilogue), asked of its heuristic once per
   // description (types, shapes, strides, epilogue, pointer alignments) and then remembered:
   // the heuristic costs tens of microseconds of host time, and a training step asks for the same
-  // few products in every layer. nullopt: cuBLASLt has none for it.
+  // few products in every layer. nullopt: cuBLASLt has none for it. The entry itself is returned,
+  // so that an algorithm the library then refuses to run can be struck from it.
   using LtKey = std::array<std::int64_t, 16>;
-  std::optional<cublasLtMatmulAlgo_t> lt_algorithm(
+  std::optional<cublasLtMatmulAlgo_t>& lt_algorithm(
       const LtKey& key, const std::function<std::optional<cublasLtMatmulAlgo_t>()>& ask) const;
 
  private:
