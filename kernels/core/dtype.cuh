@@ -89,6 +89,11 @@ struct alignas(sizeof(F) * N) Pack {
 template <typename F>
 using Pack16 = Pack<F, 16 / sizeof(F)>;
 
+// Whether p is on a 16-byte boundary, where a Pack16 may be loaded or stored (host and device).
+__host__ __device__ __forceinline__ bool aligned16(const void* p) {
+  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+}
+
 // One 128-bit load or store of a Pack16 (p 16-byte aligned). The store goes through __stwb (a
 // plain store, "write back", as `*p = raw` is) because nvcc 13 split some `*p = raw` stores of
 // unrolled loops into four 4-byte ones; the intrinsic is always one 16-byte store.

@@ -35,11 +35,9 @@ SCALELAB_HOST_DEVICE constexpr RowCol b_row_start_n_rows(int lane) {
 }
 // The same from a tile whose rows are B's k and columns its n, loaded with .trans (each lane then
 // receives a pair down a column): matrix 0 = k 0-7 / n 0-7 -> b[0], 1 = k 8-15 / n 0-7 -> b[1],
-// 2 and 3 the same for n 8-15.
-SCALELAB_HOST_DEVICE constexpr RowCol b_row_start_k_rows(int lane) {
-  const int m = lane / 8;
-  return {(m & 1) * 8 + lane % 8, (m >> 1) * 8};
-}
+// 2 and 3 the same for n 8-15. That is the A fragment's order of the four 8x8 matrices (rows
+// first, then columns), so the same addresses.
+SCALELAB_HOST_DEVICE constexpr RowCol b_row_start_k_rows(int lane) { return a_row_start(lane); }
 
 // Where accumulator element e (0..3) of a lane sits in its 16 x 8 product: rows g and g + 8,
 // columns 2i and 2i + 1.

@@ -204,9 +204,7 @@ __device__ void load_tile_as(F* dst, int ld, const F* src, std::size_t src_ld, i
 template <typename F>
 __device__ void load_tile(F* dst, int ld, const F* src, std::size_t src_ld, int row0, int T, const Layout<F>& L) {
   constexpr int kPer = 16 / sizeof(F);
-  const bool aligned = L.hs % kPer == 0 && src_ld % kPer == 0 && ld % kPer == 0 &&
-                       reinterpret_cast<std::uintptr_t>(src) % 16 == 0 &&
-                       reinterpret_cast<std::uintptr_t>(dst) % 16 == 0;
+  const bool aligned = L.hs % kPer == 0 && src_ld % kPer == 0 && ld % kPer == 0 && aligned16(src) && aligned16(dst);
   if (aligned)
     load_tile_as<uint4>(dst, ld, src, src_ld, row0, T, L.hs, L.hsp);
   else

@@ -76,6 +76,30 @@ __device__ void load_tile_async(F* dst, const F* src, std::size_t ld, int row0, 
   }
 }
 
+// All threads: k and v of key tile kt (rows `ld` apart) into stage kt % 2 of the two-stage tiles
+// Ks and Vs (the forward's and dq's loop over key tiles). Not committed here.
+template <int HS, typename F>
+__device__ void load_key_tile(F* Ks, F* Vs, const F* k, const F* v, std::size_t ld, int kt, int T) {
+  const int stage = (kt & 1) * Tile<HS>::kElems;
+  load_tile_async<HS>(Ks + stage, k, ld, kt * kCols, T);
+  load_tile_async<HS>(Vs + stage, v, ld, kt * kCols, T);
+}
+
+// All threads, at the top of each turn of a kernel's tile loop (the two-stage pipeline): where
+// there is a next tile (`more`), its copies go out first (load_next, into the other stage), then
+// this turn's tile is waited for; when this returns it has landed for every thread's copies.
+template <typename LoadNext>
+__device__ __forceinline__ void next_turn(bool more, LoadNext load_next) {
+  if (more) {
+    load_next();
+    cp_async_commit();
+    cp_async_wait<1>();  // all but the copies just sent
+  } else {
+    cp_async_wait<0>();
+  }
+  __syncthreads();
+}
+
 // Fragments of a warp's products from tiles in shared memory (ld = the tile's row stride); which
 // row each lane addresses is in kernels/core/mma_layout.hpp (checked on the CPU by
 // tests/kernels/test_mma_layout.cpp).
@@ -205,8 +229,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 
   load_tile_async<HS>(Qs, q, at.ld3, q0, T);
   cp_async_commit();
-  load_tile_async<HS>(Ks, k, at.ld3, 0, T);
-  load_tile_async<HS>(Vs, v, at.ld3, 0, T);
+  load_key_tile<HS>(Ks, Vs, k, v, at.ld3, 0, T);
   cp_async_commit();
   cp_async_wait<1>();  // q has landed (k and v of tile 0 may not have)
   __syncthreads();
@@ -222,15 +245,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   const int t_row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
 
   for (int kt = 0; kt <= qt; ++kt) {
-    if (kt < qt) {  // the next tile's copies go out before this tile's products
-      load_tile_async<HS>(Ks + ((kt + 1) & 1) * kE, k, at.ld3, (kt + 1) * kCols, T);
-      load_tile_async<HS>(Vs + ((kt + 1) & 1) * kE, v, at.ld3, (kt + 1) * kCols, T);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();  // tile kt has landed for every thread's copies
+    next_turn(kt < qt, [&] { load_key_tile<HS>(Ks, Vs, k, v, at.ld3, kt + 1, T); });
     const F* Kt = Ks + (kt & 1) * kE;
     const F* Vt = Vs + (kt & 1) * kE;
 
@@ -334,14 +349,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   zero(dk);
   zero(dv);
   for (int qt = kt; qt < query_tiles; ++qt) {
-    if (qt + 1 < query_tiles) {
-      load_stage(qt + 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();  // k, v (first time) and this query tile have landed
+    next_turn(qt + 1 < query_tiles, [&] { load_stage(qt + 1); });  // k, v (first turn) and query tile qt
     const F* Qt = Stages + ((qt - kt) & 1) * 3 * kE;
     const F* dOt = Qt + kE;
     const int q0 = qt * kCols;
@@ -413,8 +421,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   load_tile_async<HS>(dOs, dout + at.out_offset, C, q0, T);
   load_tile_async<HS>(Os, out + at.out_offset, C, q0, T);
   cp_async_commit();
-  load_tile_async<HS>(Ks, k, at.ld3, 0, T);
-  load_tile_async<HS>(Vs, v, at.ld3, 0, T);
+  load_key_tile<HS>(Ks, Vs, k, v, at.ld3, 0, T);
   cp_async_commit();
   cp_async_wait<1>();  // q, dout, out have landed
   __syncthreads();
@@ -434,15 +441,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   float dq[HS / 8][4];  // 16 queries x HS
   zero(dq);
   for (int kt = 0; kt <= qt; ++kt) {
-    if (kt < qt) {
-      load_tile_async<HS>(Ks + ((kt + 1) & 1) * kE, k, at.ld3, (kt + 1) * kCols, T);
-      load_tile_async<HS>(Vs + ((kt + 1) & 1) * kE, v, at.ld3, (kt + 1) * kCols, T);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    next_turn(kt < qt, [&] { load_key_tile<HS>(Ks, Vs, k, v, at.ld3, kt + 1, T); });
     const F* Kt = Ks + (kt & 1) * kE;
     const F* Vt = Vs + (kt & 1) * kE;
     float s[kCols / 8][4], dp[kCols / 8][4];  // S = q k^T, dP = dout v^T: 16 queries x 64 keys
@@ -533,8 +532,6 @@ void with_head_size(int hs, Fn fn) {
     default: SCALELAB_CHECK(false, "attention: the register-resident flash kernels have no head size ", hs);
   }
 }
-
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 

@@ -27,8 +27,6 @@ constexpr int kRowThreads = 512;   // forward: threads per row's block
 constexpr int kUnroll = 4;         // forward: chunks each thread loads before it uses them
 constexpr int kBackThreads = 256;  // backward: threads per block, one chunk each
 
-__device__ __forceinline__ bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
 // Columns [j, j + kSize) of a row of V columns; columns past V read as -inf (they add exp(-inf)
 // = 0 to the sum and never win the max). `streaming`: the last read of these bytes.
 template <typename F>

@@ -307,7 +307,7 @@ template <typename F>
 bool rows_on_16_bytes(int C, std::initializer_list<const void*> pointers) {
   if (C % Pack16<F>::kSize != 0) return false;
   for (const void* p : pointers)
-    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) return false;
+    if (!aligned16(p)) return false;
   return true;
 }
 

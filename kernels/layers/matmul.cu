@@ -97,16 +97,21 @@ std::vector<ColumnPart> column_parts(int OC, int ld_out) {
   return {{0, bulk}, {bulk, OC - bulk}};
 }
 
-// The forward product out (N,OC) = inp @ weight^T with an epilogue, contiguous rows; false where
-// it does not run: fp32 (kept to the unfused kernels, which match the CPU to fp32 rounding) or a
-// shape cuBLASLt does not fuse.
+// gemm_epilogue where it may run; false where it does not: fp32 (kept to the unfused kernels,
+// which match the CPU to fp32 rounding) or a shape cuBLASLt does not fuse.
 template <typename F>
-bool fused_forward(F* out, const F* inp, const F* weight, int N, int C, int OC, const EpilogueArgs<F>& epilogue,
-                   const Blas& blas) {
+bool fused_gemm(const Blas& blas, bool trans_a, bool trans_b, int m, int n, int k, const F* a, int lda, const F* b,
+                int ldb, F* c, int ldc, const EpilogueArgs<F>& epilogue) {
   if constexpr (std::is_same_v<F, float>)
     return false;
   else
-    return gemm_epilogue<F>(blas, false, true, N, OC, C, inp, C, weight, C, out, OC, epilogue);
+    return gemm_epilogue<F>(blas, trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, epilogue);
+}
+// The forward product out (N,OC) = inp @ weight^T with an epilogue, contiguous rows.
+template <typename F>
+bool fused_forward(F* out, const F* inp, const F* weight, int N, int C, int OC, const EpilogueArgs<F>& epilogue,
+                   const Blas& blas) {
+  return fused_gemm<F>(blas, false, true, N, OC, C, inp, C, weight, C, out, OC, epilogue);
 }
 
 // dbias (OC) += the column sums of dout (N,OC), rows ld apart (the two passes above).
@@ -134,10 +139,22 @@ void bias_backward(F* dbias, const F* dout, int N, int OC, int ld, const Blas& b
   if (N <= 0 || OC <= 0) return;
   // 16-byte loads where every row's columns start on a 16-byte boundary.
   constexpr int kPack = Pack16<F>::kSize;
-  if (OC % kPack == 0 && ld % kPack == 0 && reinterpret_cast<std::uintptr_t>(dout) % 16 == 0)
+  if (OC % kPack == 0 && ld % kPack == 0 && aligned16(dout))
     bias_backward_with<F, kPack>(dbias, dout, N, OC, ld, blas);
   else
     bias_backward_with<F, 1>(dbias, dout, N, OC, ld, blas);
+}
+
+// The parameter gradients of a linear layer: dweight (OC,C) += dout^T @ inp by the column parts of
+// dout (rows of weight), and dbias += the column sums of dout unless dbias is nullptr.
+template <typename F>
+void parameter_grads(F* dweight, F* dbias, const F* dout, const F* inp, int N, int C, int OC, int ld_out,
+                     const Blas& blas) {
+  for (const ColumnPart& p : column_parts(OC, ld_out)) {
+    const std::size_t row = static_cast<std::size_t>(p.begin) * C;
+    gemm<F>(blas, true, false, p.count, C, N, 1.0f, dout + p.begin, ld_out, inp, C, 1.0f, dweight + row, C);
+  }
+  if (dbias) bias_backward(dbias, dout, N, OC, ld_out, blas);
 }
 
 }  // namespace
@@ -173,10 +190,9 @@ void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp,
   for (const ColumnPart& p : column_parts(OC, ld_out)) {
     const std::size_t row = static_cast<std::size_t>(p.begin) * C;
     gemm<F>(blas, false, false, N, C, p.count, 1.0f, dout + p.begin, ld_out, weight + row, C, beta, dinp, C);
-    gemm<F>(blas, true, false, p.count, C, N, 1.0f, dout + p.begin, ld_out, inp, C, 1.0f, dweight + row, C);
     beta = 1.0f;
   }
-  if (dbias) bias_backward(dbias, dout, N, OC, ld_out, blas);
+  parameter_grads(dweight, dbias, dout, inp, N, C, OC, ld_out, blas);
 }
 
 template <typename F>
@@ -198,20 +214,15 @@ template <typename F>
 void matmul_gelu_backward(F* dpre, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight, const F* pre,
                           int N, int C, int OC, const Blas& blas) {
   if (N <= 0) return;
-  bool fused = false;
-  if constexpr (!std::is_same_v<F, float>) {
-    // dpre (N,C) = (dout (N,OC) @ weight (OC,C)) * gelu'(pre), then the parameter gradients as
-    // matmul_backward takes them.
-    const EpilogueArgs<F> dgelu{.kind = Epilogue::kDGelu, .aux_in = pre, .ld_aux = C};
-    fused = gemm_epilogue<F>(blas, false, false, N, C, OC, dout, OC, weight, C, dpre, C, dgelu);
-  }
-  if (!fused) {
-    matmul_backward(dpre, dweight, dbias, dout, inp, weight, N, C, OC, blas);
-    gelu_backward(dpre, dpre, pre, static_cast<std::size_t>(N) * C, blas.stream());
+  // dpre (N,C) = (dout (N,OC) @ weight (OC,C)) * gelu'(pre) in one product, then the parameter
+  // gradients as matmul_backward takes them.
+  const EpilogueArgs<F> dgelu{.kind = Epilogue::kDGelu, .aux_in = pre, .ld_aux = C};
+  if (fused_gemm<F>(blas, false, false, N, C, OC, dout, OC, weight, C, dpre, C, dgelu)) {
+    parameter_grads(dweight, dbias, dout, inp, N, C, OC, OC, blas);
     return;
   }
-  gemm<F>(blas, true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
-  if (dbias) bias_backward(dbias, dout, N, OC, OC, blas);
+  matmul_backward(dpre, dweight, dbias, dout, inp, weight, N, C, OC, blas);
+  gelu_backward(dpre, dpre, pre, static_cast<std::size_t>(N) * C, blas.stream());
 }
 
 #define SCALELAB_INSTANTIATE(F)                                                                                \
