@@ -33,21 +33,10 @@ using scalelab::MemCategory;
 
 constexpr double kLseTolerance = 2e-5;
 
-// Element `offset` of a buffer of offset + n, the first `offset` elements unused: an offset of 2
-// halves (4 bytes) takes every pointer off the 16-byte alignment the register-resident kernels
-// need, so the launchers fall back to the shared-memory kernels on the same shape.
-template <typename F>
-DeviceBuffer<F> upload_at(const std::vector<float>& x, std::size_t offset) {
-  std::vector<float> padded(offset, 0.0f);
-  padded.insert(padded.end(), x.begin(), x.end());
-  return upload<F>(padded);
-}
-template <typename F>
-std::vector<float> download_from(const DeviceBuffer<F>& d, std::size_t offset) {
-  const std::vector<float> all = download(d);
-  return std::vector<float>(all.begin() + static_cast<std::ptrdiff_t>(offset), all.end());
-}
-
+// One shape against the CPU twin, every device tensor from element `offset` of its buffer
+// (gpu_test_util's upload and download): an offset of 2 halves (4 bytes) takes every pointer off
+// the 16-byte alignment the register-resident kernels need, so the launchers fall back to the
+// shared-memory kernels on the same shape.
 template <typename F>
 void check_against_twin(int B, int T, int C, int NH, std::size_t offset) {
   cuda::Stream stream;
@@ -63,20 +52,20 @@ void check_against_twin(int B, int T, int C, int NH, std::size_t offset) {
   // Forward.
   std::vector<float> out(n_out), lse(n_lse);
   scalelab::attention_flash_forward(out.data(), lse.data(), scratch.data(), qkv.data(), B, T, C, NH);
-  DeviceBuffer<F> d_qkv = upload_at<F>(qkv, offset), d_dout = upload_at<F>(dout, offset);
+  DeviceBuffer<F> d_qkv = upload<F>(qkv, offset), d_dout = upload<F>(dout, offset);
   DeviceBuffer<F> d_out(offset + n_out, MemCategory::kActivations, nullptr);
   DeviceBuffer<float> d_lse(n_lse, MemCategory::kActivations, nullptr);
   poison(d_out);
   poison(d_lse);
   cuda::attention_flash_forward(d_out.data() + offset, d_lse.data(), d_qkv.data() + offset, B, T, C, NH, stream.get());
   stream.synchronize();
-  check_close(label + " out", download_from(d_out, offset), out, rel_tolerance<F>());
+  check_close(label + " out", download(d_out, offset), out, rel_tolerance<F>());
   check_close(label + " lse", download(d_lse), lse, kLseTolerance);
 
   // Backward, from the CPU's out rounded to F and its lse, on both sides, so that it is
   // checked on its own inputs rather than on the forward's rounding.
   round_to<F>(out);
-  DeviceBuffer<F> d_out_in = upload_at<F>(out, offset);
+  DeviceBuffer<F> d_out_in = upload<F>(out, offset);
   DeviceBuffer<float> d_lse_in = upload<float>(lse);
   DeviceBuffer<F> d_dqkv(offset + n_qkv, MemCategory::kGrads, nullptr);
   const auto backward = [&] {
@@ -84,7 +73,7 @@ void check_against_twin(int B, int T, int C, int NH, std::size_t offset) {
     cuda::attention_flash_backward(d_dqkv.data() + offset, d_dout.data() + offset, d_qkv.data() + offset,
                                    d_out_in.data() + offset, d_lse_in.data(), B, T, C, NH, stream.get());
     stream.synchronize();
-    return download_from(d_dqkv, offset);
+    return download(d_dqkv, offset);
   };
   const std::vector<float> got = backward();
   std::vector<float> dqkv(n_qkv);
