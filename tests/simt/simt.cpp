@@ -1,0 +1,389 @@
+// The emulator of simt.hpp: one block at a time, its CUDA threads as ucontext fibers on this OS
+// thread, switched only where threads meet (a barrier, a warp-wide instruction) and when one
+// returns. The scheduler resumes a thread that can go on, chosen by the launch's Schedule, until
+// all have returned; when none can and some have not returned, the block is stuck and launch()
+// says why.
+#include "simt.hpp"
+
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <array>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <new>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#define SCALELAB_SIMT_ASAN 1
+#endif
+
+namespace scalelab::simt {
+
+namespace {
+
+// A fiber's stack: the kernels keep a few KB of arrays in "registers"; ASan's redzones and -O0
+// frames need several times that. (Larger stacks cost time: ASan clears a stack's shadow memory
+// at every switch.)
+constexpr std::size_t kStackBytes = 64 * 1024;
+constexpr int kWarpSize = 32;
+
+enum class State { kRunnable, kAtBarrier, kInWarpOp, kReturned };
+
+struct AsyncCopy {
+  void* dst;
+  const void* src;
+  std::size_t bytes;
+  bool valid;
+};
+
+// The stack, with an inaccessible page below it: a kernel that overflows it stops with a
+// segmentation fault instead of writing over other memory.
+class Stack {
+ public:
+  Stack() : page_(static_cast<std::size_t>(sysconf(_SC_PAGESIZE))) {
+    void* p = mmap(nullptr, page_ + kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    base_ = static_cast<unsigned char*>(p);
+    mprotect(base_, page_, PROT_NONE);
+  }
+  ~Stack() { munmap(base_, page_ + kStackBytes); }
+  Stack(const Stack&) = delete;
+  Stack& operator=(const Stack&) = delete;
+  unsigned char* get() const { return base_ + page_; }  // kStackBytes usable from here up
+
+ private:
+  std::size_t page_;
+  unsigned char* base_ = nullptr;
+};
+
+struct Thread {
+  ucontext_t context{};
+  std::unique_ptr<Stack> stack;
+  Builtins builtins{};
+  int linear = 0;  // x + y blockDim.x + z blockDim.x blockDim.y: lanes 32w..32w+31 are warp w
+  State state = State::kRunnable;
+  const char* waiting_at = "";
+  std::vector<AsyncCopy> open_group;             // issued since the last commit
+  std::deque<std::vector<AsyncCopy>> committed;  // oldest first
+  std::exception_ptr error;
+#ifdef SCALELAB_SIMT_ASAN
+  void* fake_stack = nullptr;
+#endif
+};
+
+// The lanes of a warp meeting at one instruction.
+struct Warp {
+  int arrived = 0;
+  const char* op = nullptr;
+  const std::type_info* type = nullptr;
+  WarpCompute compute = nullptr;
+  std::array<const void*, kWarpSize> ins{};
+  std::array<void*, kWarpSize> outs{};
+};
+
+void perform(const AsyncCopy& c) {
+  if (c.valid)
+    std::memcpy(c.dst, c.src, c.bytes);
+  else
+    std::memset(c.dst, 0, c.bytes);
+}
+
+std::string describe(const uint3& v) {
+  std::ostringstream os;
+  os << "(" << v.x << "," << v.y << "," << v.z << ")";
+  return os.str();
+}
+
+struct Aligned128 {
+  void operator()(unsigned char* p) const { ::operator delete[](p, std::align_val_t{128}); }
+};
+
+class Block;
+// The block being run on this OS thread (launch() sets it for the duration of a block).
+thread_local Block* active = nullptr;
+
+class Block {
+ public:
+  Block(dim3 grid, dim3 block, std::size_t shared_bytes, const std::function<void()>& kernel)
+      : kernel_(kernel),
+        threads_(static_cast<std::size_t>(block.x) * block.y * block.z),
+        warps_(threads_.size() / kWarpSize),
+        shared_bytes_(shared_bytes),
+        // At least one byte, so that a kernel without shared memory still gets a valid pointer.
+        shared_(static_cast<unsigned char*>(::operator new[](shared_bytes + 1, std::align_val_t{128}))) {
+    int linear = 0;
+    for (unsigned z = 0; z < block.z; ++z)
+      for (unsigned y = 0; y < block.y; ++y)
+        for (unsigned x = 0; x < block.x; ++x, ++linear) {
+          Thread& t = threads_[linear];
+          t.linear = linear;
+          t.builtins = {{x, y, z}, {0, 0, 0}, block, grid};
+          t.stack = std::make_unique<Stack>();
+        }
+  }
+
+  // Runs block `index` to the end (every thread returned) or throws.
+  void run(uint3 index, Schedule schedule) {
+    std::memset(shared_.get(), 0xFF, shared_bytes_ + 1);  // NaN in fp32, bf16 and fp16
+    for (Thread& t : threads_) {
+      t.builtins.block_idx = index;
+      t.state = State::kRunnable;
+      t.waiting_at = "";
+      t.open_group.clear();
+      t.committed.clear();
+#ifdef SCALELAB_SIMT_ASAN
+      __asan_unpoison_memory_region(t.stack->get(), kStackBytes);  // frames left by an earlier block
+#endif
+      if (getcontext(&t.context) != 0) throw std::runtime_error("simt: getcontext failed");
+      t.context.uc_stack.ss_sp = t.stack->get();
+      t.context.uc_stack.ss_size = kStackBytes;
+      t.context.uc_link = &scheduler_;
+      makecontext(&t.context, &Block::entry, 0);
+    }
+    barrier_arrived_ = 0;
+    for (Warp& w : warps_) w = Warp{};
+
+    std::size_t returned = 0;
+    last_ = threads_.size() - 1;
+    while (returned < threads_.size()) {
+      Thread* t = next_thread(schedule);
+      if (t == nullptr) throw std::runtime_error("simt: block " + describe(index) + " is stuck: " + stuck_report());
+      resume(*t);
+      if (t->error) std::rethrow_exception(t->error);
+      if (t->state == State::kReturned) ++returned;
+    }
+  }
+
+  Thread& running() { return *running_; }
+  unsigned char* shared() { return shared_.get(); }
+  std::size_t shared_bytes() const { return shared_bytes_; }
+
+  void sync() {
+    Thread& t = running();
+    t.state = State::kAtBarrier;
+    t.waiting_at = "__syncthreads";
+    if (++barrier_arrived_ == threads_.size()) {
+      barrier_arrived_ = 0;
+      for (Thread& other : threads_)
+        if (other.state == State::kAtBarrier) other.state = State::kRunnable;
+    }
+    yield();
+  }
+
+  void warp_op(const char* op, const std::type_info& type, const void* in, void* out, WarpCompute compute) {
+    Thread& t = running();
+    Warp& w = warps_[t.linear / kWarpSize];
+    const int lane = t.linear % kWarpSize;
+    if (w.arrived == 0) {
+      w.op = op;
+      w.type = &type;
+      w.compute = compute;
+    } else if (w.compute != compute || *w.type != type) {
+      fail(std::string("lane ") + std::to_string(lane) + " reached " + op + " while the lanes before it in warp " +
+           std::to_string(t.linear / kWarpSize) + " wait at " + w.op +
+           ": every lane of a warp must reach the same warp-wide instruction");
+    }
+    w.ins[lane] = in;
+    w.outs[lane] = out;
+    t.state = State::kInWarpOp;
+    t.waiting_at = op;
+    if (++w.arrived == kWarpSize) {
+      w.arrived = 0;
+      w.compute(w.ins.data(), w.outs.data());  // may throw: then in this lane's fiber
+      const int first = t.linear - lane;
+      for (int l = 0; l < kWarpSize; ++l) threads_[first + l].state = State::kRunnable;
+    }
+    yield();
+  }
+
+ private:
+  static void entry() {
+    Block& b = *active;
+    Thread& t = b.running();
+#ifdef SCALELAB_SIMT_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &b.scheduler_stack_bottom_, &b.scheduler_stack_size_);
+#endif
+    try {
+      b.kernel_();
+      // A kernel's copies complete whether or not it waited for them.
+      if (!t.open_group.empty()) t.committed.push_back(std::move(t.open_group));
+      for (const auto& group : t.committed)
+        for (const AsyncCopy& c : group) perform(c);
+    } catch (...) {
+      t.error = std::current_exception();
+    }
+    t.state = State::kReturned;
+    t.waiting_at = "the kernel's end";
+#ifdef SCALELAB_SIMT_ASAN
+    __sanitizer_start_switch_fiber(nullptr, b.scheduler_stack_bottom_, b.scheduler_stack_size_);
+#endif
+    // Returning resumes uc_link: the scheduler.
+  }
+
+  void resume(Thread& t) {
+    running_ = &t;
+#ifdef SCALELAB_SIMT_ASAN
+    void* fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, t.stack->get(), kStackBytes);
+#endif
+    if (swapcontext(&scheduler_, &t.context) != 0) throw std::runtime_error("simt: swapcontext failed");
+#ifdef SCALELAB_SIMT_ASAN
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+    running_ = nullptr;
+  }
+
+  void yield() {
+    Thread& t = running();
+#ifdef SCALELAB_SIMT_ASAN
+    __sanitizer_start_switch_fiber(&t.fake_stack, scheduler_stack_bottom_, scheduler_stack_size_);
+#endif
+    swapcontext(&t.context, &scheduler_);
+#ifdef SCALELAB_SIMT_ASAN
+    __sanitizer_finish_switch_fiber(t.fake_stack, &scheduler_stack_bottom_, &scheduler_stack_size_);
+#endif
+  }
+
+  // The thread to resume next under `schedule`, or none when no thread can go on.
+  Thread* next_thread(Schedule schedule) {
+    const std::size_t n = threads_.size();
+    switch (schedule) {
+      case Schedule::kRoundRobin:
+        for (std::size_t k = 1; k <= n; ++k) {
+          const std::size_t i = (last_ + k) % n;
+          if (threads_[i].state == State::kRunnable) return &threads_[last_ = i];
+        }
+        return nullptr;
+      case Schedule::kFirstWarpAhead:
+        for (Thread& t : threads_)
+          if (t.state == State::kRunnable) return &t;
+        return nullptr;
+      case Schedule::kLastWarpAhead:
+        for (std::size_t w = warps_.size(); w-- > 0;)
+          for (std::size_t i = w * kWarpSize; i < (w + 1) * kWarpSize; ++i)
+            if (threads_[i].state == State::kRunnable) return &threads_[i];
+        return nullptr;
+    }
+    return nullptr;
+  }
+
+  // "threads 0-95 wait at __syncthreads; threads 96-127 wait at ldmatrix", runs of equal places.
+  std::string stuck_report() const {
+    std::ostringstream os;
+    std::size_t start = 0;
+    for (std::size_t i = 1; i <= threads_.size(); ++i) {
+      if (i < threads_.size() && std::strcmp(threads_[i].waiting_at, threads_[start].waiting_at) == 0) continue;
+      if (start > 0) os << "; ";
+      os << "threads " << start << "-" << i - 1 << " at " << threads_[start].waiting_at;
+      start = i;
+    }
+    os << " (each barrier needs every thread of the block, each warp-wide instruction every lane of the warp)";
+    return os.str();
+  }
+
+  const std::function<void()>& kernel_;
+  std::vector<Thread> threads_;
+  std::vector<Warp> warps_;
+  std::size_t shared_bytes_;
+  std::unique_ptr<unsigned char[], Aligned128> shared_;
+  std::size_t barrier_arrived_ = 0;
+  std::size_t last_ = 0;  // the thread resumed last (kRoundRobin goes on after it)
+  ucontext_t scheduler_{};
+  Thread* running_ = nullptr;
+#ifdef SCALELAB_SIMT_ASAN
+  const void* scheduler_stack_bottom_ = nullptr;
+  std::size_t scheduler_stack_size_ = 0;
+#endif
+};
+
+Block& active_block(const char* what) {
+  if (active == nullptr || active->shared() == nullptr)
+    throw std::logic_error(std::string("simt: ") + what + " outside a kernel launched by simt::launch");
+  return *active;
+}
+
+// Sets `active` for the life of a launch, and clears it however the launch ends.
+class ActiveBlock {
+ public:
+  explicit ActiveBlock(Block& b) { active = &b; }
+  ~ActiveBlock() { active = nullptr; }
+  ActiveBlock(const ActiveBlock&) = delete;
+  ActiveBlock& operator=(const ActiveBlock&) = delete;
+};
+
+}  // namespace
+
+const Builtins& builtins() { return active_block("threadIdx/blockIdx").running().builtins; }
+
+const char* schedule_name(Schedule s) {
+  switch (s) {
+    case Schedule::kRoundRobin: return "round robin";
+    case Schedule::kFirstWarpAhead: return "first warp ahead";
+    case Schedule::kLastWarpAhead: return "last warp ahead";
+  }
+  return "?";
+}
+
+void launch(dim3 grid, dim3 block, std::size_t shared_bytes, const std::function<void()>& kernel, Schedule schedule) {
+  const std::size_t threads = static_cast<std::size_t>(block.x) * block.y * block.z;
+  if (threads == 0 || threads % kWarpSize != 0 || threads > 1024)
+    throw std::invalid_argument("simt::launch: a block of " + std::to_string(threads) +
+                                " threads; the emulation runs whole warps: 32 to 1024 threads, a multiple of 32");
+  if (active != nullptr) throw std::logic_error("simt::launch: called from inside a kernel");
+  Block b(grid, block, shared_bytes, kernel);
+  const ActiveBlock guard(b);
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) b.run({x, y, z}, schedule);
+}
+
+unsigned char* shared_memory() { return active_block("dynamic shared memory").shared(); }
+
+bool in_shared_memory(const void* p, std::size_t bytes) {
+  Block& b = active_block("shared memory");
+  const auto* c = static_cast<const unsigned char*>(p);
+  return c >= b.shared() && c + bytes <= b.shared() + b.shared_bytes();
+}
+
+void sync_block() { active_block("__syncthreads").sync(); }
+
+void warp_collective(const char* op, const std::type_info& type, const void* in, void* out, WarpCompute compute) {
+  active_block(op).warp_op(op, type, in, out, compute);
+}
+
+void async_copy(void* dst, const void* src, std::size_t bytes, bool valid) {
+  Thread& t = active_block("cp.async").running();
+  if (!in_shared_memory(dst, bytes)) fail("cp.async: the destination is not inside the block's shared memory");
+  std::memset(dst, 0xFF, bytes);  // undefined until waited for: NaN
+  t.open_group.push_back({dst, src, bytes, valid});
+}
+
+void async_commit() {
+  Thread& t = active_block("cp.async.commit_group").running();
+  t.committed.push_back(std::move(t.open_group));
+  t.open_group.clear();
+}
+
+void async_wait(int pending) {
+  Thread& t = active_block("cp.async.wait_group").running();
+  while (t.committed.size() > static_cast<std::size_t>(pending)) {
+    for (const AsyncCopy& c : t.committed.front()) perform(c);
+    t.committed.pop_front();
+  }
+}
+
+void fail(const std::string& what) {
+  Block& b = active_block("simt::fail");
+  const Builtins& at = b.running().builtins;
+  throw std::runtime_error("simt: block " + describe(at.block_idx) + " thread " + describe(at.thread_idx) + ": " +
+                           what);
+}
+
+}  // namespace scalelab::simt

@@ -1,0 +1,158 @@
+// A CPU emulation of the CUDA execution model, enough to run this kit's register-resident kernels
+// (kernels/layers/attention_flash_mma_kernels.cuh) on a machine without a GPU: the kernel source
+// is compiled as it is by the host compiler, and every CUDA thread of a block runs as a fiber (a
+// coroutine with its own stack) that the emulator switches at each point where CUDA threads meet:
+// __syncthreads (the whole block) and the warp-wide instructions (__shfl_xor_sync, and in
+// tests/simt/include/kernels/core/ptx.cuh ldmatrix and mma.sync), which see the 32 lanes' values
+// together, as the hardware does. Blocks run one after another.
+//
+// What it checks beyond the arithmetic: a block whose threads do not all reach the same
+// __syncthreads, or a warp whose lanes do not all reach the same warp instruction, fails with an
+// error that says where (on a GPU: a hang or undefined results); shared memory has exactly the
+// launch's size and starts as NaN bytes, so under ASan a read past it fails and a read of what no
+// thread wrote is NaN; an asynchronous copy (cp.async) fills its destination with NaN bytes when
+// issued and with the data only when its group is waited for, so a tile read before its wait, or
+// overwritten while another warp still reads it, shows as NaN.
+//
+// What it does not model: timing (a thread runs until its next meeting point; which thread goes
+// next is the launch's Schedule), memory ordering between blocks, and the hardware's
+// exact rounding of mma.sync's sums and of its fast exp2 (see ptx.cuh): a kernel that passes here
+// must still pass its GPU test. Include this header first, before any CUDA header.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <typeinfo>
+
+// The CUDA language's keywords, as the host compiler should read them here: every function runs
+// on the CPU, and dynamic shared memory comes from the emulator (ptx.cuh's
+// dynamic_shared_memory). crt/host_defines.h keeps definitions made before it.
+#define __host__
+#define __device__
+#define __global__
+#define __shared__
+#define __launch_bounds__(...)
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>  // dim3, uint3, int4
+
+namespace scalelab::simt {
+
+// The indices of the running CUDA thread (what threadIdx, blockIdx, blockDim and gridDim read).
+struct Builtins {
+  uint3 thread_idx, block_idx;
+  dim3 block_dim, grid_dim;
+};
+const Builtins& builtins();
+
+// The order in which the threads of a block that can go on are resumed. On a GPU the warps of a
+// block run at unrelated speeds, so a kernel must be right under every order; a missing
+// __syncthreads shows only under an order where one warp gets ahead of another, so a test runs
+// its kernel under each of these:
+//   kRoundRobin      every thread to its next meeting point in turn (the warps in step);
+//   kFirstWarpAhead  always the lowest-numbered warp that can go on: warp 0 runs until a
+//                    barrier stops it, then warp 1 catches up, ...;
+//   kLastWarpAhead   the same from the highest-numbered warp.
+enum class Schedule { kRoundRobin, kFirstWarpAhead, kLastWarpAhead };
+inline constexpr Schedule kAllSchedules[] = {Schedule::kRoundRobin, Schedule::kFirstWarpAhead,
+                                             Schedule::kLastWarpAhead};
+const char* schedule_name(Schedule s);
+
+// Runs kernel() once for every thread of every block of the grid; `shared_bytes` of dynamic
+// shared memory a block. Throws std::runtime_error when a thread throws, or when threads cannot
+// go on (a barrier or warp instruction that not all of them reach): the message names the
+// block, the threads and where they stopped.
+void launch(dim3 grid, dim3 block, std::size_t shared_bytes, const std::function<void()>& kernel,
+            Schedule schedule = Schedule::kRoundRobin);
+
+// The running block's dynamic shared memory, and whether [p, p + bytes) lies inside it.
+unsigned char* shared_memory();
+bool in_shared_memory(const void* p, std::size_t bytes);
+
+// __syncthreads: waits until every thread of the block has called it.
+void sync_block();
+
+// A warp-wide instruction: every lane of the running thread's warp calls it with its own `in`;
+// when the 32 have, `compute(ins, outs)` runs once with all of them (indexed by lane) and each
+// lane returns its own out. `op` names the instruction for the error a divergent warp gets.
+using WarpCompute = void (*)(const void* const* ins, void* const* outs);
+void warp_collective(const char* op, const std::type_info& type, const void* in, void* out, WarpCompute compute);
+
+template <typename In, typename Out>
+Out warp_collective(const char* op, const In& in, void (*compute)(const In* const* ins, Out* const* outs)) {
+  Out out{};
+  warp_collective(op, typeid(Out(*)(In)), &in, &out, reinterpret_cast<WarpCompute>(compute));
+  return out;
+}
+
+// The running thread's asynchronous copies (cp.async): issued, committed as a group, waited for.
+void async_copy(void* dst, const void* src, std::size_t bytes, bool valid);
+void async_commit();
+void async_wait(int pending);
+
+// Throws std::runtime_error naming the running thread (block and thread index) and `what`.
+[[noreturn]] void fail(const std::string& what);
+
+}  // namespace scalelab::simt
+
+#define threadIdx (::scalelab::simt::builtins().thread_idx)
+#define blockIdx (::scalelab::simt::builtins().block_idx)
+#define blockDim (::scalelab::simt::builtins().block_dim)
+#define gridDim (::scalelab::simt::builtins().grid_dim)
+
+inline void __syncthreads() { ::scalelab::simt::sync_block(); }
+
+namespace scalelab::simt::detail {
+template <typename T>
+struct Shuffle {
+  T value;
+  int lane_mask;
+};
+template <typename T>
+void shuffle_xor(const Shuffle<T>* const* ins, T* const* outs) {
+  for (int lane = 0; lane < 32; ++lane) *outs[lane] = ins[lane ^ ins[lane]->lane_mask]->value;
+}
+template <typename T>
+T shfl_xor_sync(unsigned mask, T value, int lane_mask) {
+  if (mask != 0xffffffffu) fail("__shfl_xor_sync: the emulation supports only the full warp mask");
+  return warp_collective<Shuffle<T>, T>("__shfl_xor_sync", Shuffle<T>{value, lane_mask}, shuffle_xor<T>);
+}
+}  // namespace scalelab::simt::detail
+
+inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
+  return ::scalelab::simt::detail::shfl_xor_sync(mask, v, lane_mask);
+}
+inline double __shfl_xor_sync(unsigned mask, double v, int lane_mask) {
+  return ::scalelab::simt::detail::shfl_xor_sync(mask, v, lane_mask);
+}
+inline int __shfl_xor_sync(unsigned mask, int v, int lane_mask) {
+  return ::scalelab::simt::detail::shfl_xor_sync(mask, v, lane_mask);
+}
+
+// Device intrinsics of kernels/core/dtype.cuh that the CUDA headers declare only for nvcc.
+inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+inline void __stwb(int4* p, int4 v) { *p = v; }
+// Fibers share one OS thread and switch only at the meeting points, so a plain add is atomic.
+inline float atomicAdd(float* p, float v) {
+  const float old = *p;
+  *p = old + v;
+  return old;
+}
+inline __nv_bfloat16 atomicAdd(__nv_bfloat16* p, __nv_bfloat16 v) {
+  const __nv_bfloat16 old = *p;
+  *p = __float2bfloat16_rn(__bfloat162float(old) + __bfloat162float(v));
+  return old;
+}
+inline __half atomicAdd(__half* p, __half v) {
+  const __half old = *p;
+  *p = __float2half_rn(__half2float(old) + __half2float(v));
+  return old;
+}
