@@ -162,6 +162,7 @@ class Block {
   }
 
   Thread& running() { return *running_; }
+  LaunchStats& stats() { return stats_; }
   unsigned char* shared() { return shared_.get(); }
   std::size_t shared_bytes() const { return shared_bytes_; }
 
@@ -171,6 +172,7 @@ class Block {
     t.waiting_at = "__syncthreads";
     if (++barrier_arrived_ == threads_.size()) {
       barrier_arrived_ = 0;
+      ++stats_.barriers;
       for (Thread& other : threads_)
         if (other.state == State::kAtBarrier) other.state = State::kRunnable;
     }
@@ -196,6 +198,7 @@ class Block {
     t.waiting_at = op;
     if (++w.arrived == kWarpSize) {
       w.arrived = 0;
+      ++stats_.warp_instructions;
       w.compute(w.ins.data(), w.outs.data());  // may throw: then in this lane's fiber
       const int first = t.linear - lane;
       for (int l = 0; l < kWarpSize; ++l) threads_[first + l].state = State::kRunnable;
@@ -295,6 +298,7 @@ class Block {
   std::unique_ptr<unsigned char[], Aligned128> shared_;
   std::size_t barrier_arrived_ = 0;
   std::size_t last_ = 0;  // the thread resumed last (kRoundRobin goes on after it)
+  LaunchStats stats_;     // over every block run
   ucontext_t scheduler_{};
   Thread* running_ = nullptr;
 #ifdef SCALELAB_SIMT_ASAN
@@ -331,7 +335,8 @@ const char* schedule_name(Schedule s) {
   return "?";
 }
 
-void launch(dim3 grid, dim3 block, std::size_t shared_bytes, const std::function<void()>& kernel, Schedule schedule) {
+LaunchStats launch(dim3 grid, dim3 block, std::size_t shared_bytes, const std::function<void()>& kernel,
+                   Schedule schedule) {
   const std::size_t threads = static_cast<std::size_t>(block.x) * block.y * block.z;
   if (threads == 0 || threads % kWarpSize != 0 || threads > 1024)
     throw std::invalid_argument("simt::launch: a block of " + std::to_string(threads) +
@@ -342,6 +347,13 @@ void launch(dim3 grid, dim3 block, std::size_t shared_bytes, const std::function
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x) b.run({x, y, z}, schedule);
+  return b.stats();
+}
+
+void count_shared_wavefronts(std::uint64_t wavefronts, std::uint64_t minimum) {
+  LaunchStats& s = active_block("a shared-memory request").stats();
+  s.shared_wavefronts += wavefronts;
+  s.shared_wavefronts_min += minimum;
 }
 
 unsigned char* shared_memory() { return active_block("dynamic shared memory").shared(); }

@@ -62,12 +62,29 @@ inline constexpr Schedule kAllSchedules[] = {Schedule::kRoundRobin, Schedule::kF
                                              Schedule::kLastWarpAhead};
 const char* schedule_name(Schedule s);
 
+// What a launch counted, over all its blocks. Shared memory serves a warp's request in
+// "wavefronts" of 128 bytes, one 4-byte word from each of its 32 banks (bank = address / 4 % 32);
+// two addresses of one request in the same bank but different words take a wavefront each (a bank
+// conflict). The emulated instructions that read shared memory as a warp (ldmatrix) report the
+// wavefronts their addresses need and the fewest their bytes could take; a kernel whose tiles are
+// laid out without conflicts has the two equal.
+struct LaunchStats {
+  std::uint64_t barriers = 0;           // __syncthreads passed, once per block and barrier
+  std::uint64_t warp_instructions = 0;  // warp-wide instructions, once per warp and instruction
+  std::uint64_t shared_wavefronts = 0;
+  std::uint64_t shared_wavefronts_min = 0;
+};
+
 // Runs kernel() once for every thread of every block of the grid; `shared_bytes` of dynamic
 // shared memory a block. Throws std::runtime_error when a thread throws, or when threads cannot
 // go on (a barrier or warp instruction that not all of them reach): the message names the
 // block, the threads and where they stopped.
-void launch(dim3 grid, dim3 block, std::size_t shared_bytes, const std::function<void()>& kernel,
-            Schedule schedule = Schedule::kRoundRobin);
+LaunchStats launch(dim3 grid, dim3 block, std::size_t shared_bytes, const std::function<void()>& kernel,
+                   Schedule schedule = Schedule::kRoundRobin);
+
+// For the emulated instructions: a shared-memory request of the running warp needed `wavefronts`
+// where `minimum` would do without bank conflicts (LaunchStats above).
+void count_shared_wavefronts(std::uint64_t wavefronts, std::uint64_t minimum);
 
 // The running block's dynamic shared memory, and whether [p, p + bytes) lies inside it.
 unsigned char* shared_memory();

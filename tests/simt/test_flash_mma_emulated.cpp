@@ -10,7 +10,7 @@
 // 150, 70) and on it (128), several heads and batch rows. Tolerances as the GPU test's (relative
 // norm error: bf16 1e-2, fp16 2e-3, for the rounding of P, dS and the outputs to F; the
 // log-sum-exp 2e-5, fp32 on both sides). The emulation adds its own rounding of each 16-term
-// product sum, far below these.
+// product sum, far below these. And one property of their speed: no ldmatrix has a bank conflict.
 #include "simt.hpp"  // first: it defines CUDA's keywords for the host compiler
 
 #include <catch2/catch.hpp>
@@ -81,6 +81,14 @@ void poison(std::vector<T>& x) {
   std::memset(static_cast<void*>(x.data()), 0xFF, sizeof(T) * x.size());
 }
 
+// Every ldmatrix of the kernel took the fewest shared-memory wavefronts its bytes allow: the
+// tiles' row padding (Tile::kLd) spreads each 8-row matrix over all 32 banks.
+void check_no_bank_conflicts(const std::string& what, const scalelab::simt::LaunchStats& stats) {
+  INFO(what << ": ldmatrix took " << stats.shared_wavefronts << " shared-memory wavefronts where "
+            << stats.shared_wavefronts_min << " would do without bank conflicts");
+  CHECK(stats.shared_wavefronts == stats.shared_wavefronts_min);
+}
+
 void check_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want, double tol) {
   const double err = scalelab_test::relative_norm_error(got.data(), want.data(), want.size());
   INFO(what << ": relative norm error " << err << " (tolerance " << tol << "); "
@@ -109,9 +117,10 @@ void check_shape(int B, int T, int NH, scalelab::simt::Schedule schedule) {
   std::vector<float> lse_got(lse.size());
   poison(out_f);
   poison(lse_got);
-  scalelab::simt::launch(
+  const auto forward = scalelab::simt::launch(
       grid, block, fm::forward_bytes<HS, F>(),
       [&] { fm::forward_kernel<HS, F>(out_f.data(), lse_got.data(), q_f.data(), T, C, NH, s.scale_log2); }, schedule);
+  check_no_bank_conflicts(label + " forward", forward);
   check_close(label + " out", from_f(out_f), out, tolerance<F>());
   check_close(label + " lse", lse_got, lse, kLseTolerance);
 
@@ -123,20 +132,22 @@ void check_shape(int B, int T, int NH, scalelab::simt::Schedule schedule) {
                                      C, NH);
   std::vector<F> dqkv_f(dqkv.size());
   poison(dqkv_f);  // dk/dv and dq together must write every column
-  scalelab::simt::launch(
+  const auto dkdv = scalelab::simt::launch(
       grid, block, fm::dkdv_bytes<HS, F>(),
       [&] {
         fm::dkdv_kernel<HS, F>(dqkv_f.data(), dout_f.data(), q_f.data(), out_in.data(), lse.data(), T, C, NH, s.scale,
                                s.scale_log2);
       },
       schedule);
-  scalelab::simt::launch(
+  const auto dq = scalelab::simt::launch(
       grid, block, fm::dq_bytes<HS, F>(),
       [&] {
         fm::dq_kernel<HS, F>(dqkv_f.data(), dout_f.data(), q_f.data(), out_in.data(), lse.data(), T, C, NH, s.scale,
                              s.scale_log2);
       },
       schedule);
+  check_no_bank_conflicts(label + " dk/dv", dkdv);
+  check_no_bank_conflicts(label + " dq", dq);
   check_close(label + " dqkv", from_f(dqkv_f), dqkv, tolerance<F>());
 }
 

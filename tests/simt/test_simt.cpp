@@ -97,6 +97,25 @@ TEST_CASE("simt: ldmatrix and mma.sync multiply a 16x16 by a 16x8 tile exactly",
     }
 }
 
+TEST_CASE("simt: ldmatrix counts the shared-memory wavefronts its row addresses need", "[simt]") {
+  // Rows of a 16 x 16 tile (16-bit elements) `ld` elements apart: 64 elements (128 bytes, every
+  // row starting in bank 0) puts the 8 rows of each matrix in the same 4 banks, 8 wavefronts a
+  // matrix; 72 (144 bytes, the flash kernels' padding) spreads them over all 32 banks, one each.
+  const auto wavefronts = [](int ld) {
+    return simt::launch(dim3(1), dim3(32), 2 * 16 * ld, [ld] {
+      const auto* tile = reinterpret_cast<const std::uint16_t*>(ptx::dynamic_shared_memory());
+      const mma::RowCol p = mma::a_row_start(static_cast<int>(threadIdx.x));
+      std::uint32_t r[4];
+      ptx::ldmatrix_x4(r, tile + p.row * ld + p.col);
+    });
+  };
+  const simt::LaunchStats unpadded = wavefronts(64), padded = wavefronts(72);
+  CHECK(unpadded.warp_instructions == 1);
+  CHECK(unpadded.shared_wavefronts_min == 4);
+  CHECK(unpadded.shared_wavefronts == 32);
+  CHECK(padded.shared_wavefronts == 4);
+}
+
 TEST_CASE("simt: cp.async data is there after its wait, and NaN before it", "[simt]") {
   std::vector<float> src(32 * 4);
   for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i);

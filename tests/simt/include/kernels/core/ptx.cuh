@@ -45,12 +45,31 @@ inline std::uint16_t element(const void* row, int k) {  // the k-th 16-bit eleme
   return e;
 }
 
+// The wavefronts one 8x8 matrix of ldmatrix takes: its 8 rows of 16 bytes (4 banks each) are
+// served together, so each bank serves as many wavefronts as distinct rows touch it; at least one.
+inline std::uint64_t matrix_wavefronts(const void* const* const* rows) {
+  int rows_in_bank[32] = {};
+  for (int r = 0; r < 8; ++r) {
+    bool repeat = false;  // the same row twice is read once
+    for (int e = 0; e < r; ++e) repeat |= *rows[e] == *rows[r];
+    if (repeat) continue;
+    const auto bank = static_cast<int>(reinterpret_cast<std::uintptr_t>(*rows[r]) / 4 % 32);
+    for (int k = 0; k < 4; ++k) ++rows_in_bank[(bank + k) % 32];
+  }
+  int most = 1;
+  for (int n : rows_in_bank) most = n > most ? n : most;
+  return static_cast<std::uint64_t>(most);
+}
+
 // ins[j]: lane j's row address (row j % 8 of matrix j / 8). Lane L = 4g + i receives, in
 // register m, matrix m's elements (row g; columns 2i, 2i + 1), or with .trans (rows 2i, 2i + 1;
 // column g); the first of each pair in the lower half.
 template <bool kTrans>
 void ldmatrix(const void* const* const* ins, Registers* const* outs) {
   for (int lane = 0; lane < 32; ++lane) check_row(kTrans ? "ldmatrix.trans" : "ldmatrix", *ins[lane]);
+  std::uint64_t wavefronts = 0;
+  for (int m = 0; m < 4; ++m) wavefronts += matrix_wavefronts(ins + 8 * m);
+  simt::count_shared_wavefronts(wavefronts, 4);  // 4 x 128 bytes: one wavefront a matrix at best
   for (int lane = 0; lane < 32; ++lane) {
     const int g = lane / 4, i = lane % 4;
     for (int m = 0; m < 4; ++m) {
