@@ -1,7 +1,7 @@
-// The inline-PTX instructions of the register-resident kernels (sm_80 and later; built here for
-// sm_90), and their dynamic shared memory: the part of them that only nvcc can compile. Nothing
-// else of those kernels is PTX, so tests/simt/ runs the same kernel source on the CPU by putting
-// its own version of this one file first on the include path (tests/simt/include/kernels/core/
+// The kernels' inline PTX (sm_80 and later; built here for sm_90), and the register-resident
+// kernels' dynamic shared memory: the part of those kernels that only nvcc can compile. Nothing
+// else of them is PTX, so tests/simt/ runs the same kernel source on the CPU by putting its own
+// version of this one file first on the include path (tests/simt/include/kernels/core/
 // ptx.cuh emulates each instruction as the PTX ISA describes it). Keep the two in step: same
 // functions, same meaning.
 //
@@ -83,6 +83,14 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// tanh(u) in one instruction (sm_75+), relative error up to 2^-11 (kernels/layers/
+// elementwise_ops.cuh says where that is enough).
+__device__ __forceinline__ float tanh_approx(float u) {
+  float t;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(u));
+  return t;
 }
 
 }  // namespace scalelab::cuda::ptx

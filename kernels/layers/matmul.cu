@@ -1,14 +1,14 @@
 // Linear layer: three cuBLAS products (the same three as the CPU twin; each split in two column
 // parts for the padded LM head, below) plus two small kernels, the bias broadcast (forward) and
-// the bias gradient's column sum (backward). In bf16/fp16 the forward's bias, and the MLP's GELU
-// on either side of it, go into the product's own epilogue instead (cuBLASLt, blas.hpp).
-#include <algorithm>
+// the bias gradient's column sum (backward, in bias_grad_kernels.cuh). In bf16/fp16 the forward's bias, and the MLP's
+// GELU on either side of it, go into the product's own epilogue instead (cuBLASLt, blas.hpp).
 #include <cstdint>
 #include <type_traits>
 #include <vector>
 
 #include "kernels/core/cuda_check.hpp"
 #include "kernels/core/dtype.cuh"
+#include "kernels/layers/bias_grad_kernels.cuh"
 #include "kernels/layers/gelu.hpp"
 #include "kernels/layers/matmul.hpp"
 
@@ -22,62 +22,6 @@ __global__ void broadcast_bias_kernel(F* out, const F* bias, int OC, int ld, std
   for (std::size_t idx = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; idx < n;
        idx += std::size_t(gridDim.x) * blockDim.x)
     out[idx / OC * ld + idx % OC] = bias[idx % OC];
-}
-
-// The bias gradient, dbias[j] += sum_i dout[i,j], in two passes with a fixed order, so that it is
-// the same bits on every run (no atomics) and spread over the whole GPU: a one-pass kernel can
-// give a block only a strip of columns and every row of it, and at GPT-2's widths (768 to 3072
-// columns) that left 24 to 96 blocks to read up to 50 MB, a third of the attention projection's
-// backward on one H200.
-//   pass 1  rows in G chunks; block (column strip, chunk) sums its chunk of 32 x kPack columns
-//           into partials[chunk][column] (fp32): 32 lanes a row of packs (kPack values in one
-//           16-byte load), 8 rows at a time, then the 8 row sums added in shared memory in order;
-//   pass 2  dbias[j] += partials[0][j] + partials[1][j] + ... in chunk order.
-// G depends only on N and OC (not on the device), so the order, and the result, is the same on
-// every GPU. The partials live in the Blas workspace (cuBLAS's scratch: the products before and
-// after run on the same stream, so nothing else uses it meanwhile).
-constexpr int kBiasRowLanes = 8;
-constexpr int kBiasTargetBlocks = 528;  // about 4 blocks for each SM of an H100/H200
-
-template <typename F, int kPack>
-__global__ void __launch_bounds__(32 * kBiasRowLanes)
-    bias_partials_kernel(float* partials, const F* dout, int N, int OC, int ld, int rows_per_chunk) {
-  constexpr int kColumns = 32 * kPack;  // a block's strip
-  __shared__ float sums[kBiasRowLanes][kColumns];
-  const int col0 = blockIdx.x * kColumns + threadIdx.x * kPack;
-  const int row_end = min(N, (static_cast<int>(blockIdx.y) + 1) * rows_per_chunk);
-  float acc[kPack] = {};
-  if (col0 < OC) {
-#pragma unroll 4
-    for (int r = blockIdx.y * rows_per_chunk + threadIdx.y; r < row_end; r += kBiasRowLanes) {
-      const F* row = dout + static_cast<std::size_t>(r) * ld + col0;
-      if constexpr (kPack > 1) {
-        const Pack16<F> p = load_pack(row);
-#pragma unroll
-        for (int e = 0; e < kPack; ++e) acc[e] += to_float(p.v[e]);
-      } else {
-        acc[0] += to_float(row[0]);
-      }
-    }
-  }
-#pragma unroll
-  for (int e = 0; e < kPack; ++e) sums[threadIdx.y][threadIdx.x * kPack + e] = acc[e];
-  __syncthreads();
-  for (int c = threadIdx.y * 32 + threadIdx.x; c < kColumns; c += 32 * kBiasRowLanes) {
-    float total = 0.0f;
-    for (int y = 0; y < kBiasRowLanes; ++y) total += sums[y][c];  // row lanes in order
-    const int col = blockIdx.x * kColumns + c;
-    if (col < OC) partials[static_cast<std::size_t>(blockIdx.y) * OC + col] = total;
-  }
-}
-
-template <typename F>
-__global__ void bias_sum_kernel(F* dbias, const float* partials, int chunks, int OC) {
-  const int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= OC) return;
-  float total = 0.0f;
-  for (int g = 0; g < chunks; ++g) total += partials[static_cast<std::size_t>(g) * OC + j];  // chunks in order
-  dbias[j] = from_float<F>(to_float(dbias[j]) + total);
 }
 
 // cuBLAS's half-precision products run several times slower when the output has a number of
@@ -114,23 +58,16 @@ bool fused_forward(F* out, const F* inp, const F* weight, int N, int C, int OC, 
   return fused_gemm<F>(blas, false, true, N, OC, C, inp, C, weight, C, out, OC, epilogue);
 }
 
-// dbias (OC) += the column sums of dout (N,OC), rows ld apart (the two passes above).
+// dbias (OC) += the column sums of dout (N,OC), rows ld apart (bias_grad_kernels.cuh's two passes).
 template <typename F, int kPack>
 void bias_backward_with(F* dbias, const F* dout, int N, int OC, int ld, const Blas& blas) {
-  constexpr int kColumns = 32 * kPack;
-  const int strips = (OC + kColumns - 1) / kColumns;
-  // Enough chunks to fill the GPU, each at least 4 rows per row lane, no more than the workspace.
-  const int max_chunks = static_cast<int>(blas.workspace_bytes() / (sizeof(float) * static_cast<std::size_t>(OC)));
-  SCALELAB_CHECK(max_chunks >= 1, "matmul: a bias of ", OC, " columns has no room for its partial sums in the ",
-                 blas.workspace_bytes(), "-byte cuBLAS workspace");
-  const int chunks = std::max(1, std::min({(kBiasTargetBlocks + strips - 1) / strips,
-                                           (N + 4 * kBiasRowLanes - 1) / (4 * kBiasRowLanes), max_chunks}));
-  const int rows_per_chunk = (N + chunks - 1) / chunks;
+  const bias_grad::Launch l = bias_grad::launch_shape<kPack>(N, OC, blas.workspace_bytes());
   float* partials = static_cast<float*>(blas.workspace());
-  bias_partials_kernel<F, kPack>
-      <<<dim3(strips, chunks), dim3(32, kBiasRowLanes), 0, blas.stream()>>>(partials, dout, N, OC, ld, rows_per_chunk);
+  bias_grad::partials_kernel<F, kPack>
+      <<<dim3(l.strips, l.chunks), dim3(32, bias_grad::kRowLanes), 0, blas.stream()>>>(partials, dout, N, OC, ld,
+                                                                                       l.rows_per_chunk);
   SCALELAB_CUDA_LAUNCH_CHECK();
-  bias_sum_kernel<<<(OC + 255) / 256, 256, 0, blas.stream()>>>(dbias, partials, chunks, OC);
+  bias_grad::sum_kernel<<<(OC + 255) / 256, 256, 0, blas.stream()>>>(dbias, partials, l.chunks, OC);
   SCALELAB_CUDA_LAUNCH_CHECK();
 }
 

@@ -3,28 +3,10 @@
 // per value: the forward reads a and b and writes out, 3 * sizeof(F); the backward reads dout, da
 // and db and writes da and db, 5 * sizeof(F).
 #include "kernels/core/elementwise.cuh"
+#include "kernels/layers/elementwise_ops.cuh"
 #include "kernels/layers/residual.hpp"
 
 namespace scalelab::cuda {
-
-namespace {
-
-// y[0] = a + b, x = {a, b}.
-struct ResidualForward {
-  static constexpr int kIn = 2, kOut = 1;
-  __device__ void operator()(const float* x, float* y) const { y[0] = x[0] + x[1]; }
-};
-
-// y = {da + dout, db + dout}, x = {da, db, dout}: the gradient flows unchanged into both branches.
-struct ResidualBackward {
-  static constexpr int kIn = 3, kOut = 2;
-  __device__ void operator()(const float* x, float* y) const {
-    y[0] = x[0] + x[2];
-    y[1] = x[1] + x[2];
-  }
-};
-
-}  // namespace
 
 template <typename F>
 void residual_forward(F* out, const F* a, const F* b, std::size_t N, cudaStream_t stream) {

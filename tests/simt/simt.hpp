@@ -28,12 +28,15 @@
 #include <typeinfo>
 
 // The CUDA language's keywords, as the host compiler should read them here: every function runs
-// on the CPU, and dynamic shared memory comes from the emulator (ptx.cuh's
-// dynamic_shared_memory). crt/host_defines.h keeps definitions made before it.
+// on the CPU. A __shared__ array in a kernel becomes a static one: one copy for all the threads
+// (fibers) of the block, which is what shared memory is, since blocks run one at a time (it keeps
+// the last block's values where a GPU's would be undefined). Dynamic shared memory comes from
+// the emulator (ptx.cuh's dynamic_shared_memory). crt/host_defines.h keeps definitions made
+// before it.
 #define __host__
 #define __device__
 #define __global__
-#define __shared__
+#define __shared__ static
 #define __launch_bounds__(...)
 
 #include <cuda_bf16.h>
@@ -149,6 +152,10 @@ inline double __shfl_xor_sync(unsigned mask, double v, int lane_mask) {
 inline int __shfl_xor_sync(unsigned mask, int v, int lane_mask) {
   return ::scalelab::simt::detail::shfl_xor_sync(mask, v, lane_mask);
 }
+
+// CUDA's integer min and max (device code calls them unqualified).
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
 
 // Device intrinsics of kernels/core/dtype.cuh that the CUDA headers declare only for nvcc.
 inline float __uint_as_float(unsigned u) {

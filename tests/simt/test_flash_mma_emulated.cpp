@@ -22,79 +22,20 @@
 #include <type_traits>
 #include <vector>
 
-#include "compare.hpp"
 #include "core/rng.hpp"
+#include "emulated_util.hpp"
 #include "kernels/layers/attention_flash_mma_kernels.cuh"
 #include "model/layers/attention_flash.hpp"
-#include "precision/half.hpp"
 
 namespace {
 
 namespace cuda = scalelab::cuda;
 namespace fm = scalelab::cuda::flash_mma;
-using cuda::bf16;
-using cuda::fp16;
+using namespace scalelab_simt_test;
 
 static_assert(cuda::ptx::kEmulated, "the include path must put tests/simt/include before the project's kernels/");
 
-template <typename F>
-constexpr scalelab::HalfFormat format() {
-  return std::is_same_v<F, bf16> ? scalelab::HalfFormat::kBF16 : scalelab::HalfFormat::kFP16;
-}
-template <typename F>
-constexpr double tolerance() {
-  return std::is_same_v<F, bf16> ? 1e-2 : 2e-3;
-}
 constexpr double kLseTolerance = 2e-5;
-
-// Random values of either sign, magnitude in [0.05, 1.05), rounded to F (as floats).
-template <typename F>
-std::vector<float> random_inputs(std::size_t n, scalelab::Rng& rng) {
-  std::vector<float> x(n);
-  for (float& v : x) {
-    const float m = 0.05f + static_cast<float>(rng.uniform());
-    v = rng.uniform() < 0.5 ? -m : m;
-  }
-  scalelab::round_to_half(x.data(), x.size(), format<F>());
-  return x;
-}
-
-template <typename F>
-std::vector<F> to_f(const std::vector<float>& x) {
-  std::vector<std::uint16_t> bits(x.size());
-  scalelab::float_to_half(bits.data(), x.data(), x.size(), format<F>());
-  std::vector<F> out(x.size());
-  std::memcpy(static_cast<void*>(out.data()), bits.data(), 2 * bits.size());
-  return out;
-}
-template <typename F>
-std::vector<float> from_f(const std::vector<F>& x) {
-  std::vector<std::uint16_t> bits(x.size());
-  std::memcpy(bits.data(), static_cast<const void*>(x.data()), 2 * bits.size());
-  std::vector<float> out(x.size());
-  scalelab::half_to_float(out.data(), bits.data(), bits.size(), format<F>());
-  return out;
-}
-// 0xFF bytes: NaN in fp32, bf16 and fp16, so an output element no kernel writes fails.
-template <typename T>
-void poison(std::vector<T>& x) {
-  std::memset(static_cast<void*>(x.data()), 0xFF, sizeof(T) * x.size());
-}
-
-// Every ldmatrix of the kernel took the fewest shared-memory wavefronts its bytes allow: the
-// tiles' row padding (Tile::kLd) spreads each 8-row matrix over all 32 banks.
-void check_no_bank_conflicts(const std::string& what, const scalelab::simt::LaunchStats& stats) {
-  INFO(what << ": ldmatrix took " << stats.shared_wavefronts << " shared-memory wavefronts where "
-            << stats.shared_wavefronts_min << " would do without bank conflicts");
-  CHECK(stats.shared_wavefronts == stats.shared_wavefronts_min);
-}
-
-void check_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want, double tol) {
-  const double err = scalelab_test::relative_norm_error(got.data(), want.data(), want.size());
-  INFO(what << ": relative norm error " << err << " (tolerance " << tol << "); "
-            << scalelab_test::compare_close(what, got.data(), want.data(), want.size(), 0.0, 0.0).message());
-  CHECK(err <= tol);  // NaN (an element left unwritten) fails too
-}
 
 template <int HS, typename F>
 void check_shape(int B, int T, int NH, scalelab::simt::Schedule schedule) {
@@ -112,7 +53,7 @@ void check_shape(int B, int T, int NH, scalelab::simt::Schedule schedule) {
   // Forward.
   std::vector<float> out(BT * C), lse(BT * NH);
   scalelab::attention_flash_forward(out.data(), lse.data(), scratch.data(), qkv.data(), B, T, C, NH);
-  const std::vector<F> q_f = to_f<F>(qkv), dout_f = to_f<F>(dout);
+  const std::vector<F> q_f = to_tensor<F>(qkv), dout_f = to_tensor<F>(dout);
   std::vector<F> out_f(out.size());
   std::vector<float> lse_got(lse.size());
   poison(out_f);
@@ -121,12 +62,12 @@ void check_shape(int B, int T, int NH, scalelab::simt::Schedule schedule) {
       grid, block, fm::forward_bytes<HS, F>(),
       [&] { fm::forward_kernel<HS, F>(out_f.data(), lse_got.data(), q_f.data(), T, C, NH, s.scale_log2); }, schedule);
   check_no_bank_conflicts(label + " forward", forward);
-  check_close(label + " out", from_f(out_f), out, tolerance<F>());
+  check_close(label + " out", widen(out_f), out, tolerance<F>());
   check_close(label + " lse", lse_got, lse, kLseTolerance);
 
   // Backward, from the CPU's out rounded to F and its lse on both sides (as the GPU test does).
-  scalelab::round_to_half(out.data(), out.size(), format<F>());
-  const std::vector<F> out_in = to_f<F>(out);
+  scalelab::round_to_half(out.data(), out.size(), half_format<F>());
+  const std::vector<F> out_in = to_tensor<F>(out);
   std::vector<float> dqkv(BT * 3 * C);
   scalelab::attention_flash_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T,
                                      C, NH);
@@ -148,7 +89,7 @@ void check_shape(int B, int T, int NH, scalelab::simt::Schedule schedule) {
       schedule);
   check_no_bank_conflicts(label + " dk/dv", dkdv);
   check_no_bank_conflicts(label + " dq", dq);
-  check_close(label + " dqkv", from_f(dqkv_f), dqkv, tolerance<F>());
+  check_close(label + " dqkv", widen(dqkv_f), dqkv, tolerance<F>());
 }
 
 TEMPLATE_TEST_CASE("register-resident flash attention kernels, emulated on the CPU, match the CPU twin",

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/rng.hpp"
+#include "kernel_tolerances.hpp"
 #include "kernels/core/cuda_check.hpp"
 #include "kernels/core/device_buffer.hpp"
 #include "kernels/core/dtype.hpp"
@@ -29,24 +30,9 @@ using scalelab::cuda::bf16;
 using scalelab::cuda::DeviceBuffer;
 using scalelab::cuda::fp16;
 
-// Allowed relative error ||gpu - cpu|| / ||cpu|| of a kernel's output, by storage type:
-//  fp32  1e-5: both sides round every operation to fp32 (unit roundoff 6e-8); only the order of
-//        sums differs (warp shuffles, cuBLAS's blocking vs OpenBLAS's), which over the few
-//        hundred to thousand terms summed here costs well under 1e-5. Products run with TF32
-//        off: TF32's 10-bit inputs alone would give about 5e-4.
-//  bf16  1e-2: the kernel rounds its output (and stored intermediates such as attention's
-//        probabilities) to 8 significant bits, 2^-9 = 2e-3 relative per rounding; a few
-//        roundings in a row stay below 1e-2.
-//  fp16  2e-3: the same with 11 significant bits, 2^-12 = 2.4e-4 per rounding.
-template <typename F>
-constexpr double rel_tolerance() {
-  if constexpr (std::is_same_v<F, bf16>)
-    return 1e-2;
-  else if constexpr (std::is_same_v<F, fp16>)
-    return 2e-3;
-  else
-    return 1e-5;
-}
+// Allowed relative error ||gpu - cpu|| / ||cpu|| of a kernel's output, by storage type (one place
+// for the GPU tests and the emulated ones of tests/simt/).
+using scalelab_test::rel_tolerance;
 
 template <typename F>
 const char* dtype_name() {

@@ -1,0 +1,229 @@
+// The bf16 step's memory-bound kernels run on the CPU by tests/simt's emulation of CUDA, against
+// their CPU twins, with the GPU tests' tolerances (emulated_util.hpp): the elementwise kernel
+// (kernels/core/elementwise_kernel.cuh) with GELU and the residual add
+// (kernels/layers/elementwise_ops.cuh), the LayerNorm forward with and without the residual add
+// before it (kernels/layers/layernorm_forward_kernel.cuh), and the bias gradient's two passes
+// (kernels/layers/bias_grad_kernels.cuh). Each at sizes off its blocks and its 16-byte packs, with
+// tensors on 16-byte boundaries and off them, so both the packed and the scalar paths run. The
+// GPU tests (tests/gpu/kernels/test_elementwise.cpp, test_layernorm.cpp, test_matmul.cpp) check
+// the same on the hardware, where the bf16 GELU's tanh is the hardware's approximation.
+#include "simt.hpp"  // first: it defines CUDA's keywords for the host compiler
+
+#include <catch2/catch.hpp>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "core/rng.hpp"
+#include "emulated_util.hpp"
+#include "kernels/core/elementwise_kernel.cuh"
+#include "kernels/layers/bias_grad_kernels.cuh"
+#include "kernels/layers/elementwise_ops.cuh"
+#include "kernels/layers/layernorm_forward_kernel.cuh"
+#include "model/layers/gelu.hpp"
+#include "model/layers/layernorm.hpp"
+#include "model/layers/residual.hpp"
+
+namespace {
+
+namespace cuda = scalelab::cuda;
+namespace simt = scalelab::simt;
+using namespace scalelab_simt_test;
+
+// Runs the elementwise kernel with Op over the tensors of t as launch_elementwise launches it.
+template <typename F, typename Op>
+void run_elementwise(Op op, const cuda::ElementwiseTensors<F, Op::kIn, Op::kOut>& t, std::size_t n) {
+  const cuda::ElementwiseLaunch l = cuda::elementwise_launch(t, n);
+  simt::launch(dim3(l.blocks), dim3(cuda::kThreads), 0, [&] { cuda::elementwise_kernel<F, Op>(op, t, n, l.split); });
+}
+
+// Sizes: one element, less than a bf16 pack, just over a warp, off the 256-thread block and the
+// pack, and 100,003 (several blocks, each thread 4 packs, the last round not full, a tail).
+// Layouts: inputs and outputs at element offsets `in` and `out` past a 16-byte boundary.
+struct Layout {
+  std::size_t in, out;
+  const char* name;
+};
+const std::vector<std::size_t> kSizes = {1, 7, 33, 1000 + 3, 100000 + 3};
+const std::vector<Layout> kLayouts = {{0, 0, "aligned"},
+                                      {1, 1, "one element off alignment"},
+                                      {1, 0, "inputs and outputs at different offsets"}};
+
+TEMPLATE_TEST_CASE("emulated gelu and residual kernels match the CPU twins", "[simt][gelu][residual]", float, bf16,
+                   fp16) {
+  using F = TestType;
+  for (const std::size_t N : kSizes)
+    for (const Layout& at : kLayouts) {
+      const std::string label = std::string(dtype_name<F>()) + " N=" + std::to_string(N) + " " + at.name;
+      scalelab::Rng rng(N * 7 + at.in * 3 + at.out);
+      const std::vector<float> x = random_inputs<F>(N, rng, 0.05f, 4.0f), y = random_inputs<F>(N, rng);
+      const std::vector<float> dout = random_inputs<F>(N, rng);
+      const std::vector<F> x_t = to_tensor<F>(x, at.in), y_t = to_tensor<F>(y, at.in);
+
+      // GELU forward and backward, and the backward in place of dout (as the model runs it).
+      std::vector<float> want(N), dwant(N);
+      scalelab::gelu_forward(want.data(), x.data(), N);
+      scalelab::gelu_backward(dwant.data(), dout.data(), x.data(), N);
+      std::vector<F> out(at.out + N), din(at.out + N), dout_t = to_tensor<F>(dout, at.in);
+      poison(out);
+      poison(din);
+      run_elementwise(cuda::GeluForward<F>{},
+                      cuda::ElementwiseTensors<F, 1, 1>{{x_t.data() + at.in}, {out.data() + at.out}}, N);
+      run_elementwise(
+          cuda::GeluBackward{},
+          cuda::ElementwiseTensors<F, 2, 1>{{dout_t.data() + at.in, x_t.data() + at.in}, {din.data() + at.out}}, N);
+      check_close("gelu " + label + " out", widen(out, at.out), want, tolerance<F>());
+      check_close("gelu " + label + " dinp", widen(din, at.out), dwant, tolerance<F>());
+      run_elementwise(
+          cuda::GeluBackward{},
+          cuda::ElementwiseTensors<F, 2, 1>{{dout_t.data() + at.in, x_t.data() + at.in}, {dout_t.data() + at.in}}, N);
+      check_close("gelu " + label + " dinp in place of dout", widen(dout_t, at.in), dwant, tolerance<F>());
+
+      // Residual forward, and the backward adding dout into both branches in place.
+      scalelab::residual_forward(want.data(), x.data(), y.data(), N);
+      poison(out);
+      run_elementwise(
+          cuda::ResidualForward{},
+          cuda::ElementwiseTensors<F, 2, 1>{{x_t.data() + at.in, y_t.data() + at.in}, {out.data() + at.out}}, N);
+      check_close("residual " + label + " out", widen(out, at.out), want, tolerance<F>());
+      std::vector<float> da = random_inputs<F>(N, rng), db = random_inputs<F>(N, rng);
+      std::vector<F> da_t = to_tensor<F>(da, at.out), db_t = to_tensor<F>(db, at.out), d_t = to_tensor<F>(dout, at.in);
+      scalelab::residual_backward(da.data(), db.data(), dout.data(), N);
+      run_elementwise(cuda::ResidualBackward{},
+                      cuda::ElementwiseTensors<F, 3, 2>{{da_t.data() + at.out, db_t.data() + at.out,
+                                                         d_t.data() + at.in},
+                                                        {da_t.data() + at.out, db_t.data() + at.out}},
+                      N);
+      check_close("residual " + label + " da", widen(da_t, at.out), da, tolerance<F>());
+      check_close("residual " + label + " db", widen(db_t, at.out), db, tolerance<F>());
+    }
+}
+
+// The LayerNorm forward kernel as layernorm.cu launches it: 16-byte accesses where every
+// tensor's rows allow them. kResidual: inp is made as a + b into `residual` first.
+template <typename F, bool kResidual>
+void run_layernorm(F* out, float* mean, float* rstd, const F* inp, F* residual, const F* a, const F* b, const F* weight,
+                   const F* bias, int N, int C, simt::Schedule schedule) {
+  namespace lk = cuda::layernorm_kernels;
+  const dim3 grid(lk::layernorm_forward_blocks(N)), block(lk::kRowsPerBlock * 32);
+  if (lk::rows_on_16_bytes<F>(C, {out, inp, residual, a, b, weight, bias}))
+    simt::launch(
+        grid, block, 0,
+        [&] {
+          lk::layernorm_forward_kernel<F, cuda::Pack16<F>::kSize, kResidual>(out, mean, rstd, inp, residual, a, b,
+                                                                             weight, bias, N, C);
+        },
+        schedule);
+  else
+    simt::launch(
+        grid, block, 0,
+        [&] {
+          lk::layernorm_forward_kernel<F, 1, kResidual>(out, mean, rstd, inp, residual, a, b, weight, bias, N, C);
+        },
+        schedule);
+}
+
+TEMPLATE_TEST_CASE("emulated layernorm forward, alone and fused with the residual add", "[simt][layernorm]", float,
+                   bf16, fp16) {
+  using F = TestType;
+  // (N, C, offset): one row; a partial block; C off the 16-byte pack (scalar accesses); GPT-2's C,
+  // aligned and one element off (the scalar kernel on a shape that could take packs).
+  struct Shape {
+    int N, C;
+    std::size_t offset;
+  };
+  for (const auto [N, C, offset] : std::vector<Shape>{{1, 33, 0}, {7, 100, 0}, {9, 64, 0}, {17, 768, 0}, {17, 768, 1}})
+    for (const simt::Schedule schedule : simt::kAllSchedules) {
+      const std::string label = std::string(dtype_name<F>()) + " N=" + std::to_string(N) + " C=" + std::to_string(C) +
+                                (offset ? " off 16-byte alignment" : "") + " (" + simt::schedule_name(schedule) + ")";
+      scalelab::Rng rng(static_cast<std::uint64_t>(N * 1000 + C + offset));
+      const std::size_t NC = static_cast<std::size_t>(N) * C;
+      const std::vector<float> a = random_inputs<F>(NC, rng, 0.05f, 1.5f), b = random_inputs<F>(NC, rng, 0.05f, 1.5f);
+      const std::vector<float> weight = random_inputs<F>(C, rng), bias = random_inputs<F>(C, rng);
+      const std::vector<F> a_t = to_tensor<F>(a, offset), b_t = to_tensor<F>(b, offset);
+      const std::vector<F> w_t = to_tensor<F>(weight, offset), bias_t = to_tensor<F>(bias, offset);
+
+      // The residual add, then the LayerNorm: against the CPU twins.
+      std::vector<F> res(offset + NC), out(offset + NC);
+      std::vector<float> mean(N), rstd(N);
+      poison(res);
+      poison(out);
+      poison(mean);
+      poison(rstd);
+      run_elementwise(
+          cuda::ResidualForward{},
+          cuda::ElementwiseTensors<F, 2, 1>{{a_t.data() + offset, b_t.data() + offset}, {res.data() + offset}}, NC);
+      run_layernorm<F, false>(out.data() + offset, mean.data(), rstd.data(), res.data() + offset, nullptr, nullptr,
+                              nullptr, w_t.data() + offset, bias_t.data() + offset, N, C, schedule);
+      std::vector<float> x(NC), want(NC), want_mean(N), want_rstd(N);
+      scalelab::residual_forward(x.data(), a.data(), b.data(), NC);
+      if constexpr (!std::is_same_v<F, float>) scalelab::round_to_half(x.data(), NC, half_format<F>());
+      scalelab::layernorm_forward(want.data(), want_mean.data(), want_rstd.data(), x.data(), weight.data(), bias.data(),
+                                  N, C);
+      check_close("layernorm " + label + " out", widen(out, offset), want, tolerance<F>());
+      check_close("layernorm " + label + " mean", mean, want_mean, tolerance<float>());
+      check_close("layernorm " + label + " rstd", rstd, want_rstd, tolerance<float>());
+
+      // Fused: the same bits as the two kernels, in every output.
+      std::vector<F> res2(offset + NC), out2(offset + NC);
+      std::vector<float> mean2(N), rstd2(N);
+      poison(res2);
+      poison(out2);
+      run_layernorm<F, true>(out2.data() + offset, mean2.data(), rstd2.data(), res2.data() + offset,
+                             res2.data() + offset, a_t.data() + offset, b_t.data() + offset, w_t.data() + offset,
+                             bias_t.data() + offset, N, C, schedule);
+      check_bitwise("residual+layernorm " + label + " residual", res2, res);
+      check_bitwise("residual+layernorm " + label + " out", out2, out);
+      check_bitwise("residual+layernorm " + label + " mean", mean2, mean);
+      check_bitwise("residual+layernorm " + label + " rstd", rstd2, rstd);
+    }
+}
+
+// The bias gradient as matmul.cu launches it: pass 1 into the partial sums (a workspace of
+// workspace_bytes, NaN where nothing is written), pass 2 adding them into dbias in order.
+template <typename F, int kPack>
+void run_bias_grad(F* dbias, const F* dout, int N, int OC, int ld, std::size_t workspace_bytes,
+                   simt::Schedule schedule) {
+  namespace bg = cuda::bias_grad;
+  const bg::Launch l = bg::launch_shape<kPack>(N, OC, workspace_bytes);
+  std::vector<float> partials(workspace_bytes / sizeof(float));
+  poison(partials);
+  simt::launch(
+      dim3(l.strips, l.chunks), dim3(32, bg::kRowLanes), 0,
+      [&] { bg::partials_kernel<F, kPack>(partials.data(), dout, N, OC, ld, l.rows_per_chunk); }, schedule);
+  simt::launch(dim3((OC + 255) / 256), dim3(256), 0, [&] { bg::sum_kernel(dbias, partials.data(), l.chunks, OC); });
+}
+
+TEMPLATE_TEST_CASE("emulated bias gradient matches the column sums", "[simt][matmul]", float, bf16, fp16) {
+  using F = TestType;
+  constexpr int kPack = cuda::Pack16<F>::kSize;
+  // (N, OC, ld): one row; a column count off the strip and the pack (scalar loads); GPT-2's 768
+  // with rows in several chunks; the LM head's padded rows (ld > OC) with 16-byte loads.
+  struct Shape {
+    int N, OC, ld;
+  };
+  for (const auto [N, OC, ld] : std::vector<Shape>{{1, 5, 5}, {37, 100, 100}, {300, 768, 768}, {70, 1000, 1024}})
+    for (const simt::Schedule schedule : simt::kAllSchedules) {
+      const std::string label = std::string(dtype_name<F>()) + " N=" + std::to_string(N) + " OC=" + std::to_string(OC) +
+                                " ld=" + std::to_string(ld) + " (" + simt::schedule_name(schedule) + ")";
+      scalelab::Rng rng(static_cast<std::uint64_t>(N * 10000 + OC));
+      const std::vector<float> dout = random_inputs<F>(static_cast<std::size_t>(N) * ld, rng);
+      const std::vector<float> dbias = random_inputs<F>(OC, rng);  // += into it
+      std::vector<float> want(dbias);
+      for (int i = 0; i < N; ++i)
+        for (int j = 0; j < OC; ++j) want[j] += dout[static_cast<std::size_t>(i) * ld + j];
+      const std::vector<F> dout_t = to_tensor<F>(dout);
+      std::vector<F> dbias_t = to_tensor<F>(dbias);
+      if (OC % kPack == 0 && ld % kPack == 0)
+        run_bias_grad<F, kPack>(dbias_t.data(), dout_t.data(), N, OC, ld, std::size_t{1} << 20, schedule);
+      else
+        run_bias_grad<F, 1>(dbias_t.data(), dout_t.data(), N, OC, ld, std::size_t{1} << 20, schedule);
+      check_close("bias gradient " + label, widen(dbias_t), want, tolerance<F>());
+    }
+  // A workspace too small for one chunk of partial sums is an error that says so.
+  REQUIRE_THROWS_WITH(cuda::bias_grad::launch_shape<1>(10, 1000, 1024),
+                      Catch::Matchers::Contains("a bias of 1000 columns has no room for its partial sums"));
+}
+
+}  // namespace
