@@ -85,6 +85,9 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
+// Asks L2 to fetch the line holding p ahead of a load (loads nothing into registers).
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" : : "l"(p)); }
+
 // tanh(u) in one instruction (sm_75+), relative error up to 2^-11 (kernels/layers/
 // elementwise_ops.cuh says where that is enough).
 __device__ __forceinline__ float tanh_approx(float u) {

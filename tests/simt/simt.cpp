@@ -34,7 +34,7 @@ namespace {
 constexpr std::size_t kStackBytes = 64 * 1024;
 constexpr int kWarpSize = 32;
 
-enum class State { kRunnable, kAtBarrier, kInWarpOp, kReturned };
+enum class State { kRunnable, kAtBarrier, kAtClusterBarrier, kInWarpOp, kReturned };
 
 struct AsyncCopy {
   void* dst;
@@ -67,7 +67,8 @@ struct Thread {
   ucontext_t context{};
   std::unique_ptr<Stack> stack;
   Builtins builtins{};
-  int linear = 0;  // x + y blockDim.x + z blockDim.x blockDim.y: lanes 32w..32w+31 are warp w
+  int block = 0;   // its block's rank in the cluster (0 without clusters)
+  int linear = 0;  // rank * block size + x + y blockDim.x + z blockDim.x blockDim.y: lanes 32w..32w+31 are warp w
   State state = State::kRunnable;
   const char* waiting_at = "";
   std::vector<AsyncCopy> open_group;             // issued since the last commit
@@ -105,35 +106,43 @@ struct Aligned128 {
   void operator()(unsigned char* p) const { ::operator delete[](p, std::align_val_t{128}); }
 };
 
-class Block;
-// The block being run on this OS thread (launch() sets it for the duration of a block).
-thread_local Block* active = nullptr;
+class Blocks;
+// The blocks being run on this OS thread (launch() sets it for the duration of a launch).
+thread_local Blocks* active = nullptr;
 
-class Block {
+// The blocks that run together: one, or the blocks of a thread block cluster (which meet at
+// cluster.sync() and read each other's shared memory). Reused for every block or cluster of a
+// launch.
+class Blocks {
  public:
-  Block(dim3 grid, dim3 block, std::size_t shared_bytes, const std::function<void()>& kernel)
+  Blocks(dim3 grid, dim3 block, int count, std::size_t shared_bytes, const std::function<void()>& kernel)
       : kernel_(kernel),
-        threads_(static_cast<std::size_t>(block.x) * block.y * block.z),
+        per_block_(static_cast<std::size_t>(block.x) * block.y * block.z),
+        threads_(per_block_ * count),
         warps_(threads_.size() / kWarpSize),
         shared_bytes_(shared_bytes),
-        // At least one byte, so that a kernel without shared memory still gets a valid pointer.
-        shared_(static_cast<unsigned char*>(::operator new[](shared_bytes + 1, std::align_val_t{128}))) {
+        barrier_arrived_(count) {
     int linear = 0;
-    for (unsigned z = 0; z < block.z; ++z)
-      for (unsigned y = 0; y < block.y; ++y)
-        for (unsigned x = 0; x < block.x; ++x, ++linear) {
-          Thread& t = threads_[linear];
-          t.linear = linear;
-          t.builtins = {{x, y, z}, {0, 0, 0}, block, grid};
-          t.stack = std::make_unique<Stack>();
-        }
+    for (int rank = 0; rank < count; ++rank) {
+      // At least one byte, so that a kernel without shared memory still gets a valid pointer.
+      shared_.emplace_back(static_cast<unsigned char*>(::operator new[](shared_bytes + 1, std::align_val_t{128})));
+      for (unsigned z = 0; z < block.z; ++z)
+        for (unsigned y = 0; y < block.y; ++y)
+          for (unsigned x = 0; x < block.x; ++x, ++linear) {
+            Thread& t = threads_[linear];
+            t.block = rank;
+            t.linear = linear;
+            t.builtins = {{x, y, z}, {0, 0, 0}, block, grid};
+            t.stack = std::make_unique<Stack>();
+          }
+    }
   }
 
-  // Runs block `index` to the end (every thread returned) or throws.
-  void run(uint3 index, Schedule schedule) {
-    std::memset(shared_.get(), 0xFF, shared_bytes_ + 1);  // NaN in fp32, bf16 and fp16
+  // Runs the blocks `indices` (by rank in the cluster) to the end (every thread returned) or throws.
+  void run(const std::vector<uint3>& indices, Schedule schedule) {
+    for (auto& s : shared_) std::memset(s.get(), 0xFF, shared_bytes_ + 1);  // NaN in fp32, bf16 and fp16
     for (Thread& t : threads_) {
-      t.builtins.block_idx = index;
+      t.builtins.block_idx = indices[t.block];
       t.state = State::kRunnable;
       t.waiting_at = "";
       t.open_group.clear();
@@ -145,36 +154,61 @@ class Block {
       t.context.uc_stack.ss_sp = t.stack->get();
       t.context.uc_stack.ss_size = kStackBytes;
       t.context.uc_link = &scheduler_;
-      makecontext(&t.context, &Block::entry, 0);
+      makecontext(&t.context, &Blocks::entry, 0);
     }
-    barrier_arrived_ = 0;
+    for (std::size_t& n : barrier_arrived_) n = 0;
+    cluster_arrived_ = 0;
     for (Warp& w : warps_) w = Warp{};
 
     std::size_t returned = 0;
+    std::vector<std::size_t> returned_in(shared_.size(), 0);
     last_ = threads_.size() - 1;
     while (returned < threads_.size()) {
       Thread* t = next_thread(schedule);
-      if (t == nullptr) throw std::runtime_error("simt: block " + describe(index) + " is stuck: " + stuck_report());
+      if (t == nullptr)
+        throw std::runtime_error("simt: block " + describe(indices[0]) +
+                                 (indices.size() > 1 ? " (and the rest of its cluster)" : "") +
+                                 " is stuck: " + stuck_report());
       resume(*t);
       if (t->error) std::rethrow_exception(t->error);
-      if (t->state == State::kReturned) ++returned;
+      if (t->state == State::kReturned) {
+        ++returned;
+        // A block whose threads have all returned has ended, and its shared memory with it: a
+        // block of the cluster that still reads it (no cluster.sync before the end) reads NaN.
+        if (++returned_in[t->block] == per_block_) std::memset(shared_of(t->block), 0xFF, shared_bytes_ + 1);
+      }
     }
   }
 
   Thread& running() { return *running_; }
   LaunchStats& stats() { return stats_; }
-  unsigned char* shared() { return shared_.get(); }
+  // The running thread's block's shared memory, or that of block `rank` of its cluster.
+  unsigned char* shared() { return shared_[running().block].get(); }
+  unsigned char* shared_of(int rank) { return shared_.at(static_cast<std::size_t>(rank)).get(); }
   std::size_t shared_bytes() const { return shared_bytes_; }
+  int cluster_size() const { return static_cast<int>(shared_.size()); }
 
   void sync() {
     Thread& t = running();
     t.state = State::kAtBarrier;
     t.waiting_at = "__syncthreads";
-    if (++barrier_arrived_ == threads_.size()) {
-      barrier_arrived_ = 0;
+    if (++barrier_arrived_[t.block] == per_block_) {
+      barrier_arrived_[t.block] = 0;
       ++stats_.barriers;
       for (Thread& other : threads_)
-        if (other.state == State::kAtBarrier) other.state = State::kRunnable;
+        if (other.block == t.block && other.state == State::kAtBarrier) other.state = State::kRunnable;
+    }
+    yield();
+  }
+
+  void sync_cluster() {
+    Thread& t = running();
+    t.state = State::kAtClusterBarrier;
+    t.waiting_at = "cluster.sync";
+    if (++cluster_arrived_ == threads_.size()) {
+      cluster_arrived_ = 0;
+      for (Thread& other : threads_)
+        if (other.state == State::kAtClusterBarrier) other.state = State::kRunnable;
     }
     yield();
   }
@@ -208,7 +242,7 @@ class Block {
 
  private:
   static void entry() {
-    Block& b = *active;
+    Blocks& b = *active;
     Thread& t = b.running();
 #ifdef SCALELAB_SIMT_ASAN
     __sanitizer_finish_switch_fiber(nullptr, &b.scheduler_stack_bottom_, &b.scheduler_stack_size_);
@@ -287,16 +321,19 @@ class Block {
       os << "threads " << start << "-" << i - 1 << " at " << threads_[start].waiting_at;
       start = i;
     }
-    os << " (each barrier needs every thread of the block, each warp-wide instruction every lane of the warp)";
+    os << " (each barrier needs every thread of the block, cluster.sync every thread of the cluster, each "
+          "warp-wide instruction every lane of the warp)";
     return os.str();
   }
 
   const std::function<void()>& kernel_;
+  std::size_t per_block_;  // threads of one block
   std::vector<Thread> threads_;
   std::vector<Warp> warps_;
   std::size_t shared_bytes_;
-  std::unique_ptr<unsigned char[], Aligned128> shared_;
-  std::size_t barrier_arrived_ = 0;
+  std::vector<std::unique_ptr<unsigned char[], Aligned128>> shared_;  // one a block
+  std::vector<std::size_t> barrier_arrived_;                          // one a block
+  std::size_t cluster_arrived_ = 0;
   std::size_t last_ = 0;  // the thread resumed last (kRoundRobin goes on after it)
   LaunchStats stats_;     // over every block run
   ucontext_t scheduler_{};
@@ -307,8 +344,8 @@ class Block {
 #endif
 };
 
-Block& active_block(const char* what) {
-  if (active == nullptr || active->shared() == nullptr)
+Blocks& active_block(const char* what) {
+  if (active == nullptr)
     throw std::logic_error(std::string("simt: ") + what + " outside a kernel launched by simt::launch");
   return *active;
 }
@@ -316,7 +353,7 @@ Block& active_block(const char* what) {
 // Sets `active` for the life of a launch, and clears it however the launch ends.
 class ActiveBlock {
  public:
-  explicit ActiveBlock(Block& b) { active = &b; }
+  explicit ActiveBlock(Blocks& b) { active = &b; }
   ~ActiveBlock() { active = nullptr; }
   ActiveBlock(const ActiveBlock&) = delete;
   ActiveBlock& operator=(const ActiveBlock&) = delete;
@@ -336,17 +373,29 @@ const char* schedule_name(Schedule s) {
 }
 
 LaunchStats launch(dim3 grid, dim3 block, std::size_t shared_bytes, const std::function<void()>& kernel,
-                   Schedule schedule) {
+                   Schedule schedule, dim3 cluster) {
   const std::size_t threads = static_cast<std::size_t>(block.x) * block.y * block.z;
   if (threads == 0 || threads % kWarpSize != 0 || threads > 1024)
     throw std::invalid_argument("simt::launch: a block of " + std::to_string(threads) +
                                 " threads; the emulation runs whole warps: 32 to 1024 threads, a multiple of 32");
+  if (cluster.x == 0 || cluster.y == 0 || cluster.z == 0 || grid.x % cluster.x != 0 || grid.y % cluster.y != 0 ||
+      grid.z % cluster.z != 0)
+    throw std::invalid_argument("simt::launch: the grid " + describe({grid.x, grid.y, grid.z}) +
+                                " is not a whole number of clusters " + describe({cluster.x, cluster.y, cluster.z}));
   if (active != nullptr) throw std::logic_error("simt::launch: called from inside a kernel");
-  Block b(grid, block, shared_bytes, kernel);
+  const int per_cluster = static_cast<int>(cluster.x * cluster.y * cluster.z);
+  Blocks b(grid, block, per_cluster, shared_bytes, kernel);
   const ActiveBlock guard(b);
-  for (unsigned z = 0; z < grid.z; ++z)
-    for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned x = 0; x < grid.x; ++x) b.run({x, y, z}, schedule);
+  std::vector<uint3> indices;  // the cluster's blocks, by rank: x fastest
+  for (unsigned z = 0; z < grid.z; z += cluster.z)
+    for (unsigned y = 0; y < grid.y; y += cluster.y)
+      for (unsigned x = 0; x < grid.x; x += cluster.x) {
+        indices.clear();
+        for (unsigned cz = 0; cz < cluster.z; ++cz)
+          for (unsigned cy = 0; cy < cluster.y; ++cy)
+            for (unsigned cx = 0; cx < cluster.x; ++cx) indices.push_back({x + cx, y + cy, z + cz});
+        b.run(indices, schedule);
+      }
   return b.stats();
 }
 
@@ -359,12 +408,25 @@ void count_shared_wavefronts(std::uint64_t wavefronts, std::uint64_t minimum) {
 unsigned char* shared_memory() { return active_block("dynamic shared memory").shared(); }
 
 bool in_shared_memory(const void* p, std::size_t bytes) {
-  Block& b = active_block("shared memory");
+  Blocks& b = active_block("shared memory");
   const auto* c = static_cast<const unsigned char*>(p);
   return c >= b.shared() && c + bytes <= b.shared() + b.shared_bytes();
 }
 
 void sync_block() { active_block("__syncthreads").sync(); }
+
+void sync_cluster() { active_block("cluster.sync").sync_cluster(); }
+
+unsigned cluster_block_rank() { return static_cast<unsigned>(active_block("cluster.block_rank").running().block); }
+
+void* map_shared_rank(const void* p, unsigned rank) {
+  Blocks& b = active_block("cluster.map_shared_rank");
+  if (!in_shared_memory(p, 1)) fail("cluster.map_shared_rank: the address is not in this block's shared memory");
+  if (rank >= static_cast<unsigned>(b.cluster_size()))
+    fail("cluster.map_shared_rank: rank " + std::to_string(rank) + " in a cluster of " +
+         std::to_string(b.cluster_size()) + " blocks");
+  return b.shared_of(static_cast<int>(rank)) + (static_cast<const unsigned char*>(p) - b.shared());
+}
 
 void warp_collective(const char* op, const std::type_info& type, const void* in, void* out, WarpCompute compute) {
   active_block(op).warp_op(op, type, in, out, compute);
@@ -392,7 +454,7 @@ void async_wait(int pending) {
 }
 
 void fail(const std::string& what) {
-  Block& b = active_block("simt::fail");
+  Blocks& b = active_block("simt::fail");
   const Builtins& at = b.running().builtins;
   throw std::runtime_error("simt: block " + describe(at.block_idx) + " thread " + describe(at.thread_idx) + ": " +
                            what);

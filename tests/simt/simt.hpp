@@ -30,7 +30,9 @@
 // The CUDA language's keywords, as the host compiler should read them here: every function runs
 // on the CPU. A __shared__ array in a kernel becomes a static one: one copy for all the threads
 // (fibers) of the block, which is what shared memory is, since blocks run one at a time (it keeps
-// the last block's values where a GPU's would be undefined). Dynamic shared memory comes from
+// the last block's values where a GPU's would be undefined). The blocks of a cluster run at once,
+// so a kernel launched in clusters must keep its shared data in dynamic shared memory, which is
+// the block's own. Dynamic shared memory comes from
 // the emulator (ptx.cuh's dynamic_shared_memory). crt/host_defines.h keeps definitions made
 // before it.
 #define __host__
@@ -38,6 +40,7 @@
 #define __global__
 #define __shared__ static
 #define __launch_bounds__(...)
+#define __cluster_dims__(...)  // the cluster's size is simt::launch's argument
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -82,8 +85,10 @@ struct LaunchStats {
 // shared memory a block. Throws std::runtime_error when a thread throws, or when threads cannot
 // go on (a barrier or warp instruction that not all of them reach): the message names the
 // block, the threads and where they stopped.
+// `cluster`: blocks per thread block cluster (the kernel's __cluster_dims__); the blocks of a
+// cluster run together.
 LaunchStats launch(dim3 grid, dim3 block, std::size_t shared_bytes, const std::function<void()>& kernel,
-                   Schedule schedule = Schedule::kRoundRobin);
+                   Schedule schedule = Schedule::kRoundRobin, dim3 cluster = dim3(1, 1, 1));
 
 // For the emulated instructions: a shared-memory request of the running warp needed `wavefronts`
 // where `minimum` would do without bank conflicts (LaunchStats above).
@@ -95,6 +100,13 @@ bool in_shared_memory(const void* p, std::size_t bytes);
 
 // __syncthreads: waits until every thread of the block has called it.
 void sync_block();
+
+// Thread block clusters (tests/simt/include/cooperative_groups.h): cluster.sync() waits for every
+// thread of the cluster; the running block's rank in it; p (in this block's shared memory) at the
+// same offset in block `rank`'s.
+void sync_cluster();
+unsigned cluster_block_rank();
+void* map_shared_rank(const void* p, unsigned rank);
 
 // A warp-wide instruction: every lane of the running thread's warp calls it with its own `in`;
 // when the 32 have, `compute(ins, outs)` runs once with all of them (indexed by lane) and each
@@ -127,6 +139,7 @@ void async_wait(int pending);
 inline void __syncthreads() { ::scalelab::simt::sync_block(); }
 
 namespace scalelab::simt::detail {
+inline void meet(const int* const*, int* const*) {}  // a warp-wide instruction that exchanges nothing
 template <typename T>
 struct Shuffle {
   T value;
@@ -142,6 +155,12 @@ T shfl_xor_sync(unsigned mask, T value, int lane_mask) {
   return warp_collective<Shuffle<T>, T>("__shfl_xor_sync", Shuffle<T>{value, lane_mask}, shuffle_xor<T>);
 }
 }  // namespace scalelab::simt::detail
+
+// __syncwarp: every lane of the warp meets (the emulation supports the full warp only).
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  if (mask != 0xffffffffu) ::scalelab::simt::fail("__syncwarp: the emulation supports only the full warp mask");
+  ::scalelab::simt::warp_collective<int, int>("__syncwarp", 0, ::scalelab::simt::detail::meet);
+}
 
 inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
   return ::scalelab::simt::detail::shfl_xor_sync(mask, v, lane_mask);

@@ -2,7 +2,8 @@
 // their CPU twins, with the GPU tests' tolerances (emulated_util.hpp): the elementwise kernel
 // (kernels/core/elementwise_kernel.cuh) with GELU and the residual add
 // (kernels/layers/elementwise_ops.cuh), the LayerNorm forward with and without the residual add
-// before it (kernels/layers/layernorm_forward_kernel.cuh), and the bias gradient's two passes
+// before it and its backward, whose blocks work in thread block clusters
+// (kernels/layers/layernorm_kernels.cuh), and the bias gradient's two passes
 // (kernels/layers/bias_grad_kernels.cuh). Each at sizes off its blocks and its 16-byte packs, with
 // tensors on 16-byte boundaries and off them, so both the packed and the scalar paths run. The
 // GPU tests (tests/gpu/kernels/test_elementwise.cpp, test_layernorm.cpp, test_matmul.cpp) check
@@ -20,7 +21,7 @@
 #include "kernels/core/elementwise_kernel.cuh"
 #include "kernels/layers/bias_grad_kernels.cuh"
 #include "kernels/layers/elementwise_ops.cuh"
-#include "kernels/layers/layernorm_forward_kernel.cuh"
+#include "kernels/layers/layernorm_kernels.cuh"
 #include "model/layers/gelu.hpp"
 #include "model/layers/layernorm.hpp"
 #include "model/layers/residual.hpp"
@@ -178,6 +179,77 @@ TEMPLATE_TEST_CASE("emulated layernorm forward, alone and fused with the residua
       check_bitwise("residual+layernorm " + label + " mean", mean2, mean);
       check_bitwise("residual+layernorm " + label + " rstd", rstd2, rstd);
     }
+}
+
+// The LayerNorm backward as layernorm.cu launches it: the row kernel in clusters of
+// kClusterBlocks blocks (partial sums in a scratch that starts NaN), then the total of the slots.
+template <typename F>
+void run_layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight,
+                            const float* mean, const float* rstd, int N, int C, simt::Schedule schedule) {
+  namespace lk = cuda::layernorm_kernels;
+  const lk::BackwardLaunch l = lk::layernorm_backward_launch(N, C);
+  std::vector<float> scratch(cuda::layernorm_backward_scratch_elements(C));
+  poison(scratch);
+  float* partial_w = scratch.data();
+  float* partial_b = partial_w + static_cast<std::size_t>(cuda::kLayerNormParamChunks) * C;
+  const auto rows = [&]<int P>() {
+    simt::launch(
+        dim3(l.blocks), dim3(l.warps * 32), l.shared_bytes,
+        [&] {
+          lk::layernorm_backward_kernel<F, P>(dinp, partial_w, partial_b, dout, inp, weight, mean, rstd, N, C,
+                                              l.block_rows);
+        },
+        schedule, dim3(lk::kClusterBlocks));
+  };
+  if (lk::rows_on_16_bytes<F>(C, {dinp, dout, inp, weight}))
+    rows.template operator()<cuda::Pack16<F>::kSize>();
+  else
+    rows.template operator()<1>();
+  simt::launch(dim3((C + 31) / 32), dim3(32, 8), 0,
+               [&] { lk::layernorm_backward_params_total_kernel(dweight, dbias, partial_w, partial_b, C, l.slots); });
+}
+
+TEMPLATE_TEST_CASE("emulated layernorm backward matches the CPU twin", "[simt][layernorm]", float, bf16, fp16) {
+  using F = TestType;
+  // (N, C, offset): one row; rows and C off the pack (scalar accesses); rows over several slots of
+  // the parameter sums, with 2 rows a block; enough rows (9 a block) for every warp of a block to
+  // have some; GPT-2's C, aligned and off alignment; C = 1600, whose sums leave room for 7 warps a
+  // block. dinp, dweight and dbias start non-zero (the kernels add into them).
+  struct Shape {
+    int N, C;
+    std::size_t offset;
+  };
+  for (const auto [N, C, offset] : std::vector<Shape>{
+           {1, 33, 0}, {7, 100, 0}, {300, 64, 0}, {2100, 32, 0}, {33, 768, 0}, {33, 768, 1}, {9, 1600, 0}}) {
+    // The warps at three relative speeds on one shape (the others: round robin), for time.
+    const bool all_orders = N == 33 && offset == 0;
+    for (const simt::Schedule schedule : simt::kAllSchedules) {
+      if (!all_orders && schedule != simt::Schedule::kRoundRobin) continue;
+      const std::string label = std::string(dtype_name<F>()) + " N=" + std::to_string(N) + " C=" + std::to_string(C) +
+                                (offset ? " off 16-byte alignment" : "") + " (" + simt::schedule_name(schedule) + ")";
+      scalelab::Rng rng(static_cast<std::uint64_t>(N * 1000 + C + offset));
+      const std::size_t NC = static_cast<std::size_t>(N) * C;
+      const std::vector<float> inp = random_inputs<F>(NC, rng, 0.05f, 3.0f), dout = random_inputs<F>(NC, rng);
+      const std::vector<float> weight = random_inputs<F>(C, rng), bias = random_inputs<F>(C, rng);
+      std::vector<float> dinp = random_inputs<F>(NC, rng), dweight = random_inputs<F>(C, rng);
+      std::vector<float> dbias = random_inputs<F>(C, rng);
+      std::vector<float> out(NC), mean(N), rstd(N);
+      scalelab::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(), bias.data(), N, C);
+
+      const std::vector<F> inp_t = to_tensor<F>(inp, offset), dout_t = to_tensor<F>(dout, offset);
+      const std::vector<F> w_t = to_tensor<F>(weight, offset);
+      std::vector<F> dinp_t = to_tensor<F>(dinp, offset), dw_t = to_tensor<F>(dweight, offset);
+      std::vector<F> db_t = to_tensor<F>(dbias, offset);
+      run_layernorm_backward<F>(dinp_t.data() + offset, dw_t.data() + offset, db_t.data() + offset,
+                                dout_t.data() + offset, inp_t.data() + offset, w_t.data() + offset, mean.data(),
+                                rstd.data(), N, C, schedule);
+      scalelab::layernorm_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(),
+                                   mean.data(), rstd.data(), N, C);
+      check_close("layernorm backward " + label + " dinp", widen(dinp_t, offset), dinp, tolerance<F>());
+      check_close("layernorm backward " + label + " dweight", widen(dw_t, offset), dweight, tolerance<F>());
+      check_close("layernorm backward " + label + " dbias", widen(db_t, offset), dbias, tolerance<F>());
+    }
+  }
 }
 
 // The bias gradient as matmul.cu launches it: pass 1 into the partial sums (a workspace of

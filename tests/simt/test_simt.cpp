@@ -8,6 +8,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <cooperative_groups.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -152,6 +155,34 @@ TEST_CASE("simt: cp.async waits for all but the newest groups", "[simt]") {
   });
   REQUIRE(first == 1.0f);
   REQUIRE(std::isnan(second));
+}
+
+TEST_CASE("simt: the blocks of a cluster meet at cluster.sync and read each other's shared memory", "[simt]") {
+  // Grid of 4 blocks in clusters of 2: block b writes b + 1 into its shared memory; after the
+  // cluster's sync, rank 0 reads its partner's through map_shared_rank.
+  std::vector<float> got(4, -1.0f);
+  const auto kernel = [&](bool sync_before_end) {
+    return [&got, sync_before_end] {
+      float* s = reinterpret_cast<float*>(ptx::dynamic_shared_memory());
+      cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+      if (threadIdx.x == 0) s[0] = static_cast<float>(blockIdx.x + 1);
+      cluster.sync();
+      if (threadIdx.x == 0 && cluster.block_rank() == 0) got[blockIdx.x] = *cluster.map_shared_rank(s, 1);
+      if (sync_before_end) cluster.sync();  // the partner's shared memory must outlive the read
+    };
+  };
+  simt::launch(dim3(4), dim3(32), sizeof(float), kernel(true), simt::Schedule::kRoundRobin, dim3(2));
+  CHECK(got[0] == 2.0f);  // block 1's value, read by block 0
+  CHECK(got[2] == 4.0f);
+  CHECK(got[1] == -1.0f);  // rank 1 reads nothing
+  // Without the last sync, rank 1 may end before rank 0 reads its shared memory: kLastWarpAhead
+  // (block 1's warp is the last warp of the cluster) runs it to its end first.
+  std::fill(got.begin(), got.end(), -1.0f);
+  simt::launch(dim3(4), dim3(32), sizeof(float), kernel(false), simt::Schedule::kLastWarpAhead, dim3(2));
+  CHECK(std::isnan(got[0]));  // block 1 had ended: its shared memory is gone
+  REQUIRE_THROWS_WITH(simt::launch(
+                          dim3(3), dim3(32), 0, [] {}, simt::Schedule::kRoundRobin, dim3(2)),
+                      Contains("not a whole number of clusters"));
 }
 
 TEST_CASE("simt: the mistakes a GPU would hang on or read garbage from are errors", "[simt]") {

@@ -166,6 +166,9 @@ void cp_async_wait() {
   simt::async_wait(kPending);
 }
 
+// A cache hint: nothing to do.
+inline void prefetch_l2(const void*) {}
+
 // The hardware's tanh.approx.f32 differs from tanh by up to 2^-11 relative; the C library's is
 // within an ulp or two of it, so an emulated kernel is that much closer to its CPU twin.
 inline float tanh_approx(float u) { return std::tanh(u); }
