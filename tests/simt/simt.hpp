@@ -176,13 +176,19 @@ inline int __shfl_xor_sync(unsigned mask, int v, int lane_mask) {
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 
-// Device intrinsics of kernels/core/dtype.cuh that the CUDA headers declare only for nvcc.
+// Device intrinsics of the kernels (kernels/core/dtype.cuh, crossentropy_kernels.cuh) that the CUDA
+// headers declare only for nvcc.
 inline float __uint_as_float(unsigned u) {
   float f;
   std::memcpy(&f, &u, sizeof f);
   return f;
 }
 inline void __stwb(int4* p, int4 v) { *p = v; }
+// fp32 multiplication rounded to nearest (the host's is: no contraction into an fma here).
+inline float __fmul_rn(float a, float b) { return a * b; }
+// The streaming (evict-first) load and store: cache hints, so plain accesses here.
+inline int4 __ldcs(const int4* p) { return *p; }
+inline void __stcs(int4* p, int4 v) { *p = v; }
 // Fibers share one OS thread and switch only at the meeting points, so a plain add is atomic.
 inline float atomicAdd(float* p, float v) {
   const float old = *p;

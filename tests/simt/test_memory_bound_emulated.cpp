@@ -3,11 +3,14 @@
 // (kernels/core/elementwise_kernel.cuh) with GELU and the residual add
 // (kernels/layers/elementwise_ops.cuh), the LayerNorm forward with and without the residual add
 // before it and its backward, whose blocks work in thread block clusters
-// (kernels/layers/layernorm_kernels.cuh), and the bias gradient's two passes
-// (kernels/layers/bias_grad_kernels.cuh). Each at sizes off its blocks and its 16-byte packs, with
+// (kernels/layers/layernorm_kernels.cuh), the bias gradient's two passes
+// (kernels/layers/bias_grad_kernels.cuh), the softmax + cross-entropy with its mean loss
+// (kernels/layers/crossentropy_kernels.cuh), and the optimizer step's gradient scaling and sum of
+// squares (kernels/optim/grad_ops_kernels.cuh). Each at sizes off its blocks and its 16-byte packs, with
 // tensors on 16-byte boundaries and off them, so both the packed and the scalar paths run. The
-// GPU tests (tests/gpu/kernels/test_elementwise.cpp, test_layernorm.cpp, test_matmul.cpp) check
-// the same on the hardware, where the bf16 GELU's tanh is the hardware's approximation.
+// GPU tests (tests/gpu/kernels/test_elementwise.cpp, test_layernorm.cpp, test_matmul.cpp,
+// test_crossentropy.cpp, test_grad_ops.cpp) check the same on the hardware, where the bf16 GELU's tanh is the
+// hardware's approximation.
 #include "simt.hpp"  // first: it defines CUDA's keywords for the host compiler
 
 #include <catch2/catch.hpp>
@@ -20,8 +23,12 @@
 #include "emulated_util.hpp"
 #include "kernels/core/elementwise_kernel.cuh"
 #include "kernels/layers/bias_grad_kernels.cuh"
+#include "kernels/layers/crossentropy_kernels.cuh"
 #include "kernels/layers/elementwise_ops.cuh"
 #include "kernels/layers/layernorm_kernels.cuh"
+#include "kernels/optim/grad_ops.hpp"
+#include "kernels/optim/grad_ops_kernels.cuh"
+#include "model/layers/crossentropy.hpp"
 #include "model/layers/gelu.hpp"
 #include "model/layers/layernorm.hpp"
 #include "model/layers/residual.hpp"
@@ -296,6 +303,124 @@ TEMPLATE_TEST_CASE("emulated bias gradient matches the column sums", "[simt][mat
   // A workspace too small for one chunk of partial sums is an error that says so.
   REQUIRE_THROWS_WITH(cuda::bias_grad::launch_shape<1>(10, 1000, 1024),
                       Catch::Matchers::Contains("a bias of 1000 columns has no room for its partial sums"));
+}
+
+TEMPLATE_TEST_CASE("emulated cross-entropy matches the CPU twin", "[simt][crossentropy]", float, bf16, fp16) {
+  using F = TestType;
+  namespace ck = cuda::crossentropy_kernels;
+  // (N, V, ld): a row under a block's chunks; V off the pack; GPT-2's V with the LM head's padded
+  // rows (ld a multiple of 128), the logits written in place as the model does.
+  struct Shape {
+    int N, V, ld;
+  };
+  for (const auto [N, V, ld] : std::vector<Shape>{{1, 257, 257}, {7, 1003, 1003}, {2, 50257, 50304}})
+    for (const simt::Schedule schedule : simt::kAllSchedules) {
+      const std::string label = std::string(dtype_name<F>()) + " N=" + std::to_string(N) + " V=" + std::to_string(V) +
+                                " ld=" + std::to_string(ld) + " (" + simt::schedule_name(schedule) + ")";
+      scalelab::Rng rng(static_cast<std::uint64_t>(N * 100000 + V));
+      const std::size_t NV = static_cast<std::size_t>(N) * V;
+      const std::vector<float> logits = random_inputs<F>(NV, rng, 0.05f, 4.0f);
+      std::vector<int> targets(N);
+      for (int& t : targets) t = static_cast<int>(rng.below(static_cast<std::uint64_t>(V)));
+      const float dloss = 1.0f / static_cast<float>(N);
+
+      std::vector<float> probs(NV), losses(N), dlogits(NV);
+      scalelab::crossentropy_forward(probs.data(), losses.data(), logits.data(), targets.data(), N, V);
+      scalelab::crossentropy_backward(dlogits.data(), probs.data(), targets.data(), dloss, N, V);
+      double mean = 0;
+      for (const float l : losses) mean += l;
+      mean /= N;
+
+      // The logits in rows ld apart, NaN in the padding (which no kernel may read or write).
+      std::vector<float> padded(static_cast<std::size_t>(N) * ld, NAN);
+      for (int i = 0; i < N; ++i)
+        for (int j = 0; j < V; ++j)
+          padded[static_cast<std::size_t>(i) * ld + j] = logits[static_cast<std::size_t>(i) * V + j];
+      std::vector<F> buffer = to_tensor<F>(padded);
+      std::vector<float> losses_got(N), mean_got(1);
+      poison(losses_got);
+      poison(mean_got);
+      simt::launch(
+          dim3(N), dim3(ck::kRowThreads), 0,
+          [&] {
+            ck::crossentropy_forward_kernel<F>(buffer.data(), losses_got.data(), buffer.data(), targets.data(), V, ld);
+          },
+          schedule);
+      simt::launch(
+          dim3(1), dim3(1024), 0, [&] { ck::mean_loss_kernel(mean_got.data(), losses_got.data(), N); }, schedule);
+      const auto unpad = [&](const std::vector<F>& x) {
+        const std::vector<float> wide = widen(x);
+        std::vector<float> out(NV);
+        for (int i = 0; i < N; ++i)
+          for (int j = 0; j < V; ++j)
+            out[static_cast<std::size_t>(i) * V + j] = wide[static_cast<std::size_t>(i) * ld + j];
+        for (int i = 0; i < N; ++i)
+          for (int j = V; j < ld; ++j) {
+            INFO("padding element (" << i << ", " << j << ") was written");
+            REQUIRE(std::isnan(wide[static_cast<std::size_t>(i) * ld + j]));
+          }
+        return out;
+      };
+      check_close("crossentropy " + label + " probs", unpad(buffer), probs, tolerance<F>());
+      check_close("crossentropy " + label + " losses", losses_got, losses, tolerance<float>());
+      check_close("crossentropy " + label + " mean loss", mean_got, {static_cast<float>(mean)}, tolerance<float>());
+
+      // The backward in place of the probabilities, from the CPU's probabilities rounded to F.
+      std::vector<float> probs_padded(padded);
+      for (int i = 0; i < N; ++i)
+        for (int j = 0; j < V; ++j)
+          probs_padded[static_cast<std::size_t>(i) * ld + j] = probs[static_cast<std::size_t>(i) * V + j];
+      buffer = to_tensor<F>(probs_padded);
+      std::vector<float> probs_rounded = unpad(buffer);
+      scalelab::crossentropy_backward(dlogits.data(), probs_rounded.data(), targets.data(), dloss, N, V);
+      simt::launch(
+          ck::backward_grid<F>(N, V), dim3(ck::kBackThreads), 0,
+          [&] { ck::crossentropy_backward_kernel<F>(buffer.data(), buffer.data(), targets.data(), dloss, V, ld); },
+          schedule);
+      check_close("crossentropy " + label + " dlogits", unpad(buffer), dlogits, tolerance<F>());
+    }
+}
+
+TEMPLATE_TEST_CASE("emulated gradient scaling and sum of squares", "[simt][grad_ops]", float, bf16, fp16) {
+  using F = TestType;
+  namespace gk = cuda::grad_ops_kernels;
+  // Sizes off the pack and the block, at an offset off 16-byte alignment too (a scalar head).
+  // The sum of squares runs on a grid of 8 blocks, not the launcher's kSumSquaresBlocks = 512
+  // (the kernel is grid-stride; 512 blocks of fibers would take the emulation several seconds).
+  for (const std::size_t n : {std::size_t{1}, std::size_t{33}, std::size_t{10000 + 3}})
+    for (const std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
+      const std::string label = std::string(dtype_name<F>()) + " n=" + std::to_string(n) +
+                                (offset ? " off alignment" : "");
+      scalelab::Rng rng(n * 2 + offset);
+      const std::vector<float> x = random_inputs<F>(n, rng, 0.05f, 3.0f);
+      std::vector<F> x_t = to_tensor<F>(x, offset);
+      F* body = x_t.data() + offset;
+      const cuda::Split split = cuda::split_at_16_bytes(body, n);
+
+      double want = 0;
+      for (const float v : x) want += static_cast<double>(v) * v;  // squares exact in double
+      constexpr int kBlocks = 8;
+      std::vector<double> partials(kBlocks), out(1);
+      poison(partials);
+      poison(out);
+      simt::launch(dim3(kBlocks), dim3(cuda::kThreads), 0, [&] {
+        gk::sum_squares_partial_kernel<F>(partials.data(), body, n, split.head, split.packs, split.tail_begin);
+      });
+      simt::launch(dim3(1), dim3(cuda::kThreads), 0,
+                   [&] { gk::sum_partials_kernel(out.data(), partials.data(), kBlocks); });
+      INFO("sum of squares " << label << ": " << out[0] << " against " << want);
+      CHECK(std::fabs(out[0] - want) <= 1e-12 * want);  // the same squares in another order
+
+      // x *= factor, each product rounded to F once: exactly the CPU's rounding of x * factor.
+      const float factor = 0.37f;
+      std::vector<float> scaled(x);
+      for (float& v : scaled) v *= factor;
+      if constexpr (!std::is_same_v<F, float>) scalelab::round_to_half(scaled.data(), n, half_format<F>());
+      simt::launch(dim3(static_cast<unsigned>((split.packs + cuda::kThreads - 1) / cuda::kThreads + 1)),
+                   dim3(cuda::kThreads), 0,
+                   [&] { gk::scale_kernel<F>(body, factor, n, split.head, split.packs, split.tail_begin); });
+      check_bitwise("scale " + label, to_tensor<F>(widen(x_t, offset)), to_tensor<F>(scaled));
+    }
 }
 
 }  // namespace
