@@ -1,10 +1,12 @@
-// A CPU emulation of the CUDA execution model, enough to run this kit's register-resident kernels
-// (kernels/layers/attention_flash_mma_kernels.cuh) on a machine without a GPU: the kernel source
-// is compiled as it is by the host compiler, and every CUDA thread of a block runs as a fiber (a
-// coroutine with its own stack) that the emulator switches at each point where CUDA threads meet:
-// __syncthreads (the whole block) and the warp-wide instructions (__shfl_xor_sync, and in
-// tests/simt/include/kernels/core/ptx.cuh ldmatrix and mma.sync), which see the 32 lanes' values
-// together, as the hardware does. Blocks run one after another.
+// A CPU emulation of the CUDA execution model, enough to run this kit's kernels on a machine
+// without a GPU (the register-resident flash attention's and the bf16 step's memory-bound ones:
+// tests/simt/test_*_emulated.cpp): the kernel source is compiled as it is by the host compiler,
+// and every CUDA thread of a block runs as a fiber (a coroutine with its own stack) that the
+// emulator switches at each point where CUDA threads meet: __syncthreads (the whole block),
+// cluster.sync (a thread block cluster) and the warp-wide instructions (__shfl_xor_sync,
+// __syncwarp, and in tests/simt/include/kernels/core/ptx.cuh ldmatrix and mma.sync), which see the
+// 32 lanes' values together, as the hardware does. Blocks, or clusters of blocks, run one after
+// another.
 //
 // What it checks beyond the arithmetic: a block whose threads do not all reach the same
 // __syncthreads, or a warp whose lanes do not all reach the same warp instruction, fails with an
@@ -12,12 +14,14 @@
 // launch's size and starts as NaN bytes, so under ASan a read past it fails and a read of what no
 // thread wrote is NaN; an asynchronous copy (cp.async) fills its destination with NaN bytes when
 // issued and with the data only when its group is waited for, so a tile read before its wait, or
-// overwritten while another warp still reads it, shows as NaN.
+// overwritten while another warp still reads it, shows as NaN; a block's shared memory turns NaN
+// when the block ends, so another block of its cluster that reads it later sees NaN.
 //
 // What it does not model: timing (a thread runs until its next meeting point; which thread goes
-// next is the launch's Schedule), memory ordering between blocks, and the hardware's
-// exact rounding of mma.sync's sums and of its fast exp2 (see ptx.cuh): a kernel that passes here
-// must still pass its GPU test. Include this header first, before any CUDA header.
+// next is the launch's Schedule), the lanes of one warp running apart between two meeting points,
+// memory ordering between blocks, and the hardware's exact rounding of mma.sync's sums and of its
+// fast exp2 and tanh (see ptx.cuh): a kernel that passes here must still pass its GPU test.
+// Include this header first, before any CUDA header.
 #pragma once
 
 #include <cstddef>
@@ -32,9 +36,8 @@
 // (fibers) of the block, which is what shared memory is, since blocks run one at a time (it keeps
 // the last block's values where a GPU's would be undefined). The blocks of a cluster run at once,
 // so a kernel launched in clusters must keep its shared data in dynamic shared memory, which is
-// the block's own. Dynamic shared memory comes from
-// the emulator (ptx.cuh's dynamic_shared_memory). crt/host_defines.h keeps definitions made
-// before it.
+// the block's own (it comes from the emulator: ptx.cuh's dynamic_shared_memory).
+// crt/host_defines.h keeps definitions made before it.
 #define __host__
 #define __device__
 #define __global__
