@@ -7,9 +7,9 @@
 // (tests/gpu/kernels/test_attention_flash.cpp) runs the same comparisons on the hardware.
 //
 // Shapes: each compiled head size (16, 32, 64, 128), sequence lengths off the 64-row tile (1, 65,
-// 150, 70) and on it (128), several heads and batch rows. Tolerances as the GPU test's (relative
-// norm error: bf16 1e-2, fp16 2e-3, for the rounding of P, dS and the outputs to F; the
-// log-sum-exp 2e-5, fp32 on both sides). The emulation adds its own rounding of each 16-term
+// 150, 70) and on it (128), several heads and batch rows, and GPT-2's 12 heads of 64. Tolerances
+// as the GPU test's (relative norm error: bf16 1e-2, fp16 2e-3, for the rounding of P, dS and the
+// outputs to F; the log-sum-exp 2e-5, fp32 on both sides). The emulation adds its own rounding of each 16-term
 // product sum, far below these. And one property of their speed: no ldmatrix has a bank conflict.
 #include "simt.hpp"  // first: it defines CUDA's keywords for the host compiler
 
@@ -104,6 +104,9 @@ TEMPLATE_TEST_CASE("register-resident flash attention kernels, emulated on the C
     check_shape<64, TestType>(1, 128, 3, schedule);
     check_shape<128, TestType>(1, 70, 1, schedule);
   }
+  // GPT-2's layout: 12 heads of 64 in C = 768, so each head's q, k, v sit hs columns apart in
+  // rows 3C apart, and two batch rows (the offsets a block computes from blockIdx.y).
+  check_shape<64, TestType>(2, 70, 12, scalelab::simt::Schedule::kRoundRobin);
 }
 
 }  // namespace
