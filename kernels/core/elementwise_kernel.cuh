@@ -1,8 +1,8 @@
-// The kernel of the elementwise layers (launched by kernels/core/elementwise.cuh's
-// launch_elementwise; tests/simt/ runs it on the CPU): one kernel for the elementwise layers (GELU, the residual add,
-// their backwards): an operation that turns the values at index i of Op::kIn input tensors into the values at index i
-// of Op::kOut output tensors, in fp32, for every i < n. They do a few flops per value, so their speed is the memory's,
-// and the kernel is built for that (as grad_ops.cu's gradient scaling):
+// The kernel of the elementwise layers (GELU, the residual add, their backwards; launched by
+// kernels/core/elementwise.cuh's launch_elementwise, and run on the CPU by tests/simt/): an
+// operation that turns the values at index i of Op::kIn input tensors into the values at index i
+// of Op::kOut output tensors, in fp32, for every i < n. They do a few flops per value, so their
+// speed is the memory's, and the kernel is built for that (as grad_ops_kernels.cuh's scaling):
 //  - 16-byte accesses: each thread loads a Pack16 (8 bf16/fp16 or 4 fp32 values) of every input
 //    with one 128-bit load, and stores the outputs the same way;
 //  - kElementwiseUnroll packs in flight per thread: all its loads go out before any value is

@@ -1,5 +1,5 @@
-// The kernels' inline PTX (sm_80 and later; built here for sm_90), and the register-resident
-// kernels' dynamic shared memory: the part of those kernels that only nvcc can compile. Nothing
+// The kernels' inline PTX (sm_80 and later; built here for sm_90), and their dynamic shared
+// memory: the part of those kernels that only nvcc can compile. Nothing
 // else of them is PTX, so tests/simt/ runs the same kernel source on the CPU by putting its own
 // version of this one file first on the include path (tests/simt/include/kernels/core/
 // ptx.cuh emulates each instruction as the PTX ISA describes it). Keep the two in step: same

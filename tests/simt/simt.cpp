@@ -1,5 +1,5 @@
-// The emulator of simt.hpp: one block at a time, its CUDA threads as ucontext fibers on this OS
-// thread, switched only where threads meet (a barrier, a warp-wide instruction) and when one
+// The emulator of simt.hpp: one block (or thread block cluster) at a time, its CUDA threads as
+// ucontext fibers on this OS thread, switched only where threads meet (a barrier, a warp-wide instruction) and when one
 // returns. The scheduler resumes a thread that can go on, chosen by the launch's Schedule, until
 // all have returned; when none can and some have not returned, the block is stuck and launch()
 // says why.
@@ -344,24 +344,24 @@ class Blocks {
 #endif
 };
 
-Blocks& active_block(const char* what) {
+Blocks& active_blocks(const char* what) {
   if (active == nullptr)
     throw std::logic_error(std::string("simt: ") + what + " outside a kernel launched by simt::launch");
   return *active;
 }
 
 // Sets `active` for the life of a launch, and clears it however the launch ends.
-class ActiveBlock {
+class ActiveBlocks {
  public:
-  explicit ActiveBlock(Blocks& b) { active = &b; }
-  ~ActiveBlock() { active = nullptr; }
-  ActiveBlock(const ActiveBlock&) = delete;
-  ActiveBlock& operator=(const ActiveBlock&) = delete;
+  explicit ActiveBlocks(Blocks& b) { active = &b; }
+  ~ActiveBlocks() { active = nullptr; }
+  ActiveBlocks(const ActiveBlocks&) = delete;
+  ActiveBlocks& operator=(const ActiveBlocks&) = delete;
 };
 
 }  // namespace
 
-const Builtins& builtins() { return active_block("threadIdx/blockIdx").running().builtins; }
+const Builtins& builtins() { return active_blocks("threadIdx/blockIdx").running().builtins; }
 
 const char* schedule_name(Schedule s) {
   switch (s) {
@@ -385,7 +385,7 @@ LaunchStats launch(dim3 grid, dim3 block, std::size_t shared_bytes, const std::f
   if (active != nullptr) throw std::logic_error("simt::launch: called from inside a kernel");
   const int per_cluster = static_cast<int>(cluster.x * cluster.y * cluster.z);
   Blocks b(grid, block, per_cluster, shared_bytes, kernel);
-  const ActiveBlock guard(b);
+  const ActiveBlocks guard(b);
   std::vector<uint3> indices;  // the cluster's blocks, by rank: x fastest
   for (unsigned z = 0; z < grid.z; z += cluster.z)
     for (unsigned y = 0; y < grid.y; y += cluster.y)
@@ -400,27 +400,27 @@ LaunchStats launch(dim3 grid, dim3 block, std::size_t shared_bytes, const std::f
 }
 
 void count_shared_wavefronts(std::uint64_t wavefronts, std::uint64_t minimum) {
-  LaunchStats& s = active_block("a shared-memory request").stats();
+  LaunchStats& s = active_blocks("a shared-memory request").stats();
   s.shared_wavefronts += wavefronts;
   s.shared_wavefronts_min += minimum;
 }
 
-unsigned char* shared_memory() { return active_block("dynamic shared memory").shared(); }
+unsigned char* shared_memory() { return active_blocks("dynamic shared memory").shared(); }
 
 bool in_shared_memory(const void* p, std::size_t bytes) {
-  Blocks& b = active_block("shared memory");
+  Blocks& b = active_blocks("shared memory");
   const auto* c = static_cast<const unsigned char*>(p);
   return c >= b.shared() && c + bytes <= b.shared() + b.shared_bytes();
 }
 
-void sync_block() { active_block("__syncthreads").sync(); }
+void sync_block() { active_blocks("__syncthreads").sync(); }
 
-void sync_cluster() { active_block("cluster.sync").sync_cluster(); }
+void sync_cluster() { active_blocks("cluster.sync").sync_cluster(); }
 
-unsigned cluster_block_rank() { return static_cast<unsigned>(active_block("cluster.block_rank").running().block); }
+unsigned cluster_block_rank() { return static_cast<unsigned>(active_blocks("cluster.block_rank").running().block); }
 
 void* map_shared_rank(const void* p, unsigned rank) {
-  Blocks& b = active_block("cluster.map_shared_rank");
+  Blocks& b = active_blocks("cluster.map_shared_rank");
   if (!in_shared_memory(p, 1)) fail("cluster.map_shared_rank: the address is not in this block's shared memory");
   if (rank >= static_cast<unsigned>(b.cluster_size()))
     fail("cluster.map_shared_rank: rank " + std::to_string(rank) + " in a cluster of " +
@@ -429,24 +429,24 @@ void* map_shared_rank(const void* p, unsigned rank) {
 }
 
 void warp_collective(const char* op, const std::type_info& type, const void* in, void* out, WarpCompute compute) {
-  active_block(op).warp_op(op, type, in, out, compute);
+  active_blocks(op).warp_op(op, type, in, out, compute);
 }
 
 void async_copy(void* dst, const void* src, std::size_t bytes, bool valid) {
-  Thread& t = active_block("cp.async").running();
+  Thread& t = active_blocks("cp.async").running();
   if (!in_shared_memory(dst, bytes)) fail("cp.async: the destination is not inside the block's shared memory");
   std::memset(dst, 0xFF, bytes);  // undefined until waited for: NaN
   t.open_group.push_back({dst, src, bytes, valid});
 }
 
 void async_commit() {
-  Thread& t = active_block("cp.async.commit_group").running();
+  Thread& t = active_blocks("cp.async.commit_group").running();
   t.committed.push_back(std::move(t.open_group));
   t.open_group.clear();
 }
 
 void async_wait(int pending) {
-  Thread& t = active_block("cp.async.wait_group").running();
+  Thread& t = active_blocks("cp.async.wait_group").running();
   while (t.committed.size() > static_cast<std::size_t>(pending)) {
     for (const AsyncCopy& c : t.committed.front()) perform(c);
     t.committed.pop_front();
@@ -454,7 +454,7 @@ void async_wait(int pending) {
 }
 
 void fail(const std::string& what) {
-  Blocks& b = active_block("simt::fail");
+  Blocks& b = active_blocks("simt::fail");
   const Builtins& at = b.running().builtins;
   throw std::runtime_error("simt: block " + describe(at.block_idx) + " thread " + describe(at.thread_idx) + ": " +
                            what);

@@ -81,12 +81,12 @@ TEMPLATE_TEST_CASE("emulated gelu and residual kernels match the CPU twins", "[s
       run_elementwise(
           cuda::GeluBackward{},
           cuda::ElementwiseTensors<F, 2, 1>{{dout_t.data() + at.in, x_t.data() + at.in}, {din.data() + at.out}}, N);
-      check_close("gelu " + label + " out", widen(out, at.out), want, tolerance<F>());
-      check_close("gelu " + label + " dinp", widen(din, at.out), dwant, tolerance<F>());
+      check_close("gelu " + label + " out", widen(out, at.out), want, rel_tolerance<F>());
+      check_close("gelu " + label + " dinp", widen(din, at.out), dwant, rel_tolerance<F>());
       run_elementwise(
           cuda::GeluBackward{},
           cuda::ElementwiseTensors<F, 2, 1>{{dout_t.data() + at.in, x_t.data() + at.in}, {dout_t.data() + at.in}}, N);
-      check_close("gelu " + label + " dinp in place of dout", widen(dout_t, at.in), dwant, tolerance<F>());
+      check_close("gelu " + label + " dinp in place of dout", widen(dout_t, at.in), dwant, rel_tolerance<F>());
 
       // Residual forward, and the backward adding dout into both branches in place.
       scalelab::residual_forward(want.data(), x.data(), y.data(), N);
@@ -94,7 +94,7 @@ TEMPLATE_TEST_CASE("emulated gelu and residual kernels match the CPU twins", "[s
       run_elementwise(
           cuda::ResidualForward{},
           cuda::ElementwiseTensors<F, 2, 1>{{x_t.data() + at.in, y_t.data() + at.in}, {out.data() + at.out}}, N);
-      check_close("residual " + label + " out", widen(out, at.out), want, tolerance<F>());
+      check_close("residual " + label + " out", widen(out, at.out), want, rel_tolerance<F>());
       std::vector<float> da = random_inputs<F>(N, rng), db = random_inputs<F>(N, rng);
       std::vector<F> da_t = to_tensor<F>(da, at.out), db_t = to_tensor<F>(db, at.out), d_t = to_tensor<F>(dout, at.in);
       scalelab::residual_backward(da.data(), db.data(), dout.data(), N);
@@ -103,8 +103,8 @@ TEMPLATE_TEST_CASE("emulated gelu and residual kernels match the CPU twins", "[s
                                                          d_t.data() + at.in},
                                                         {da_t.data() + at.out, db_t.data() + at.out}},
                       N);
-      check_close("residual " + label + " da", widen(da_t, at.out), da, tolerance<F>());
-      check_close("residual " + label + " db", widen(db_t, at.out), db, tolerance<F>());
+      check_close("residual " + label + " da", widen(da_t, at.out), da, rel_tolerance<F>());
+      check_close("residual " + label + " db", widen(db_t, at.out), db, rel_tolerance<F>());
     }
 }
 
@@ -166,12 +166,12 @@ TEMPLATE_TEST_CASE("emulated layernorm forward, alone and fused with the residua
                               nullptr, w_t.data() + offset, bias_t.data() + offset, N, C, schedule);
       std::vector<float> x(NC), want(NC), want_mean(N), want_rstd(N);
       scalelab::residual_forward(x.data(), a.data(), b.data(), NC);
-      if constexpr (!std::is_same_v<F, float>) scalelab::round_to_half(x.data(), NC, half_format<F>());
+      round_to<F>(x);
       scalelab::layernorm_forward(want.data(), want_mean.data(), want_rstd.data(), x.data(), weight.data(), bias.data(),
                                   N, C);
-      check_close("layernorm " + label + " out", widen(out, offset), want, tolerance<F>());
-      check_close("layernorm " + label + " mean", mean, want_mean, tolerance<float>());
-      check_close("layernorm " + label + " rstd", rstd, want_rstd, tolerance<float>());
+      check_close("layernorm " + label + " out", widen(out, offset), want, rel_tolerance<F>());
+      check_close("layernorm " + label + " mean", mean, want_mean, rel_tolerance<float>());
+      check_close("layernorm " + label + " rstd", rstd, want_rstd, rel_tolerance<float>());
 
       // Fused: the same bits as the two kernels, in every output.
       std::vector<F> res2(offset + NC), out2(offset + NC);
@@ -181,8 +181,8 @@ TEMPLATE_TEST_CASE("emulated layernorm forward, alone and fused with the residua
       run_layernorm<F, true>(out2.data() + offset, mean2.data(), rstd2.data(), res2.data() + offset,
                              res2.data() + offset, a_t.data() + offset, b_t.data() + offset, w_t.data() + offset,
                              bias_t.data() + offset, N, C, schedule);
-      check_bitwise("residual+layernorm " + label + " residual", res2, res);
-      check_bitwise("residual+layernorm " + label + " out", out2, out);
+      check_bitwise("residual+layernorm " + label + " residual", widen(res2), widen(res));
+      check_bitwise("residual+layernorm " + label + " out", widen(out2), widen(out));
       check_bitwise("residual+layernorm " + label + " mean", mean2, mean);
       check_bitwise("residual+layernorm " + label + " rstd", rstd2, rstd);
     }
@@ -252,9 +252,9 @@ TEMPLATE_TEST_CASE("emulated layernorm backward matches the CPU twin", "[simt][l
                                 rstd.data(), N, C, schedule);
       scalelab::layernorm_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(),
                                    mean.data(), rstd.data(), N, C);
-      check_close("layernorm backward " + label + " dinp", widen(dinp_t, offset), dinp, tolerance<F>());
-      check_close("layernorm backward " + label + " dweight", widen(dw_t, offset), dweight, tolerance<F>());
-      check_close("layernorm backward " + label + " dbias", widen(db_t, offset), dbias, tolerance<F>());
+      check_close("layernorm backward " + label + " dinp", widen(dinp_t, offset), dinp, rel_tolerance<F>());
+      check_close("layernorm backward " + label + " dweight", widen(dw_t, offset), dweight, rel_tolerance<F>());
+      check_close("layernorm backward " + label + " dbias", widen(db_t, offset), dbias, rel_tolerance<F>());
     }
   }
 }
@@ -298,7 +298,7 @@ TEMPLATE_TEST_CASE("emulated bias gradient matches the column sums", "[simt][mat
         run_bias_grad<F, kPack>(dbias_t.data(), dout_t.data(), N, OC, ld, std::size_t{1} << 20, schedule);
       else
         run_bias_grad<F, 1>(dbias_t.data(), dout_t.data(), N, OC, ld, std::size_t{1} << 20, schedule);
-      check_close("bias gradient " + label, widen(dbias_t), want, tolerance<F>());
+      check_close("bias gradient " + label, widen(dbias_t), want, rel_tolerance<F>());
     }
   // A workspace too small for one chunk of partial sums is an error that says so.
   REQUIRE_THROWS_WITH(cuda::bias_grad::launch_shape<1>(10, 1000, 1024),
@@ -320,23 +320,17 @@ TEMPLATE_TEST_CASE("emulated cross-entropy matches the CPU twin", "[simt][crosse
       scalelab::Rng rng(static_cast<std::uint64_t>(N * 100000 + V));
       const std::size_t NV = static_cast<std::size_t>(N) * V;
       const std::vector<float> logits = random_inputs<F>(NV, rng, 0.05f, 4.0f);
-      std::vector<int> targets(N);
-      for (int& t : targets) t = static_cast<int>(rng.below(static_cast<std::uint64_t>(V)));
+      const std::vector<int> targets = random_ints(N, rng, V);
       const float dloss = 1.0f / static_cast<float>(N);
 
-      std::vector<float> probs(NV), losses(N), dlogits(NV);
+      std::vector<float> probs(NV), losses(N);
       scalelab::crossentropy_forward(probs.data(), losses.data(), logits.data(), targets.data(), N, V);
-      scalelab::crossentropy_backward(dlogits.data(), probs.data(), targets.data(), dloss, N, V);
       double mean = 0;
       for (const float l : losses) mean += l;
       mean /= N;
 
       // The logits in rows ld apart, NaN in the padding (which no kernel may read or write).
-      std::vector<float> padded(static_cast<std::size_t>(N) * ld, NAN);
-      for (int i = 0; i < N; ++i)
-        for (int j = 0; j < V; ++j)
-          padded[static_cast<std::size_t>(i) * ld + j] = logits[static_cast<std::size_t>(i) * V + j];
-      std::vector<F> buffer = to_tensor<F>(padded);
+      std::vector<F> buffer = to_tensor<F>(pad_rows(logits, N, V, ld));
       std::vector<float> losses_got(N), mean_got(1);
       poison(losses_got);
       poison(mean_got);
@@ -348,36 +342,26 @@ TEMPLATE_TEST_CASE("emulated cross-entropy matches the CPU twin", "[simt][crosse
           schedule);
       simt::launch(
           dim3(1), dim3(1024), 0, [&] { ck::mean_loss_kernel(mean_got.data(), losses_got.data(), N); }, schedule);
-      const auto unpad = [&](const std::vector<F>& x) {
+      // The rows' first V columns, having checked that the padding is still NaN.
+      const auto unpad = [&](const std::string& what, const std::vector<F>& x) {
         const std::vector<float> wide = widen(x);
-        std::vector<float> out(NV);
-        for (int i = 0; i < N; ++i)
-          for (int j = 0; j < V; ++j)
-            out[static_cast<std::size_t>(i) * V + j] = wide[static_cast<std::size_t>(i) * ld + j];
-        for (int i = 0; i < N; ++i)
-          for (int j = V; j < ld; ++j) {
-            INFO("padding element (" << i << ", " << j << ") was written");
-            REQUIRE(std::isnan(wide[static_cast<std::size_t>(i) * ld + j]));
-          }
-        return out;
+        check_padding_unwritten("crossentropy " + label + " " + what, wide, N, V, ld);
+        return unpad_rows(wide, N, V, ld);
       };
-      check_close("crossentropy " + label + " probs", unpad(buffer), probs, tolerance<F>());
-      check_close("crossentropy " + label + " losses", losses_got, losses, tolerance<float>());
-      check_close("crossentropy " + label + " mean loss", mean_got, {static_cast<float>(mean)}, tolerance<float>());
+      check_close("crossentropy " + label + " probs", unpad("probs", buffer), probs, rel_tolerance<F>());
+      check_close("crossentropy " + label + " losses", losses_got, losses, rel_tolerance<float>());
+      check_close("crossentropy " + label + " mean loss", mean_got, {static_cast<float>(mean)}, rel_tolerance<float>());
 
       // The backward in place of the probabilities, from the CPU's probabilities rounded to F.
-      std::vector<float> probs_padded(padded);
-      for (int i = 0; i < N; ++i)
-        for (int j = 0; j < V; ++j)
-          probs_padded[static_cast<std::size_t>(i) * ld + j] = probs[static_cast<std::size_t>(i) * V + j];
-      buffer = to_tensor<F>(probs_padded);
-      std::vector<float> probs_rounded = unpad(buffer);
-      scalelab::crossentropy_backward(dlogits.data(), probs_rounded.data(), targets.data(), dloss, N, V);
+      buffer = to_tensor<F>(pad_rows(probs, N, V, ld));
+      round_to<F>(probs);
+      std::vector<float> dlogits(NV);
+      scalelab::crossentropy_backward(dlogits.data(), probs.data(), targets.data(), dloss, N, V);
       simt::launch(
           ck::backward_grid<F>(N, V), dim3(ck::kBackThreads), 0,
           [&] { ck::crossentropy_backward_kernel<F>(buffer.data(), buffer.data(), targets.data(), dloss, V, ld); },
           schedule);
-      check_close("crossentropy " + label + " dlogits", unpad(buffer), dlogits, tolerance<F>());
+      check_close("crossentropy " + label + " dlogits", unpad("dlogits", buffer), dlogits, rel_tolerance<F>());
     }
 }
 
@@ -415,11 +399,11 @@ TEMPLATE_TEST_CASE("emulated gradient scaling and sum of squares", "[simt][grad_
       const float factor = 0.37f;
       std::vector<float> scaled(x);
       for (float& v : scaled) v *= factor;
-      if constexpr (!std::is_same_v<F, float>) scalelab::round_to_half(scaled.data(), n, half_format<F>());
+      round_to<F>(scaled);
       simt::launch(dim3(static_cast<unsigned>((split.packs + cuda::kThreads - 1) / cuda::kThreads + 1)),
                    dim3(cuda::kThreads), 0,
                    [&] { gk::scale_kernel<F>(body, factor, n, split.head, split.packs, split.tail_begin); });
-      check_bitwise("scale " + label, to_tensor<F>(widen(x_t, offset)), to_tensor<F>(scaled));
+      check_bitwise("scale " + label, widen(x_t, offset), scaled);  // scaled holds values of F
     }
 }
 

@@ -1,13 +1,7 @@
-// Shared pieces of test_gpu_kernels: the tolerances (one place), seeds, random inputs, moving
-// fp32 values to and from device buffers of float, bf16 or fp16, poisoning outputs, and the
-// comparisons whose failure messages say what differed, where and by how much.
-//
-// How a kernel is checked: random inputs are rounded to the kernel's storage type F on the host
-// (with reference/precision's round-to-nearest-even, the CPU side of stage 03), the CPU twin
-// runs in fp32 on exactly those rounded values, and the GPU output (widened exactly to fp32) is
-// compared with it by the relative error ||gpu - cpu|| / ||cpu||. So the only differences are
-// the kernel's own: a different summation order, and in bf16/fp16 the rounding of its outputs
-// (and of intermediates it stores in F).
+// Shared pieces of test_gpu_kernels: moving fp32 values to and from device buffers of float,
+// bf16 or fp16 and poisoning outputs, on top of the host side that the emulated kernel tests
+// share (tests/support/kernel_checks.hpp: tolerances, seeds, random inputs, comparisons; how a
+// kernel is checked).
 #pragma once
 
 #include <cstddef>
@@ -17,7 +11,7 @@
 #include <vector>
 
 #include "core/rng.hpp"
-#include "kernel_tolerances.hpp"
+#include "kernel_checks.hpp"
 #include "kernels/core/cuda_check.hpp"
 #include "kernels/core/device_buffer.hpp"
 #include "kernels/core/dtype.hpp"
@@ -25,48 +19,8 @@
 
 namespace scalelab_gpu_test {
 
-using scalelab::Rng;
-using scalelab::cuda::bf16;
+using namespace scalelab_kernel_test;  // the host side: tolerances, inputs, comparisons
 using scalelab::cuda::DeviceBuffer;
-using scalelab::cuda::fp16;
-
-// Allowed relative error ||gpu - cpu|| / ||cpu|| of a kernel's output, by storage type (one place
-// for the GPU tests and the emulated ones of tests/simt/).
-using scalelab_test::rel_tolerance;
-
-template <typename F>
-const char* dtype_name() {
-  return scalelab::cuda::DType<F>::name;
-}
-
-// A seed of its own for every section: FNV-1a of the section's label (e.g. "gelu fp16 N=33").
-std::uint64_t seed_for(const std::string& label);
-
-// n values with a random sign and a magnitude in [lo, hi): never zero, so a kernel that leaves
-// an output at 0, or multiplies by a forgotten 0, cannot pass by accident.
-std::vector<float> random_values(std::size_t n, Rng& rng, float lo = 0.05f, float hi = 1.05f);
-// n integers uniform in [0, bound).
-std::vector<int> random_ints(std::size_t n, Rng& rng, int bound);
-
-// The 16-bit format of bf16/fp16 (reference/precision's name for it).
-template <typename F>
-constexpr scalelab::HalfFormat half_format() {
-  return std::is_same_v<F, bf16> ? scalelab::HalfFormat::kBF16 : scalelab::HalfFormat::kFP16;
-}
-
-// Rounds x in place to the nearest value of F (nothing to do for float).
-template <typename F>
-void round_to(std::vector<float>& x) {
-  if constexpr (!std::is_same_v<F, float>) scalelab::round_to_half(x.data(), x.size(), half_format<F>());
-}
-
-// Random values already rounded to F: the inputs of every kernel test.
-template <typename F>
-std::vector<float> random_inputs(std::size_t n, Rng& rng, float lo = 0.05f, float hi = 1.05f) {
-  std::vector<float> x = random_values(n, rng, lo, hi);
-  round_to<F>(x);
-  return x;
-}
 
 // A device buffer of F holding x (rounded to nearest even for bf16/fp16) from element `offset`
 // on, the elements before it 0. An offset that is not a multiple of 16 / sizeof(F) puts
@@ -120,35 +74,5 @@ template <typename T>
 void poison(DeviceBuffer<T>& d) {
   if (d.bytes()) SCALELAB_CUDA_CHECK(cudaMemset(d.data(), 0xFF, d.bytes()));
 }
-
-// Row strides (the LM head's padded logits, kernels/model/gpu_gpt.hpp): a (rows, cols) matrix
-// stored with its rows ld >= cols elements apart.
-// The first multiple of 128 above cols: a stride with a padding that is never empty.
-int padded_stride(int cols);
-// x (rows, cols) laid out with rows ld apart, every padding element NaN: a kernel that reads the
-// padding turns its output NaN.
-std::vector<float> pad_rows(const std::vector<float>& x, int rows, int cols, int ld);
-// The first cols columns of each of the rows of x (rows ld apart): the (rows, cols) matrix.
-std::vector<float> unpad_rows(const std::vector<float>& x, int rows, int cols, int ld);
-// CHECKs that every padding element of x (rows ld apart) is NaN: a poisoned padding that the
-// kernel did not write.
-void check_padding_unwritten(const std::string& what, const std::vector<float>& x, int rows, int cols, int ld);
-
-// ||got - want|| / ||want||, with a report of the largest difference and the first non-finite
-// element; NaN when got has a non-finite element.
-struct Closeness {
-  double rel_err = 0;
-  std::string report;
-};
-Closeness closeness(const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
-                    double tolerance);
-// CHECKs closeness(...).rel_err <= tolerance, with the report as the failure message.
-void check_close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
-                 double tolerance);
-// CHECKs that got and want hold the same bit patterns (32- or 16-bit words), naming the first
-// differing index, both patterns and how many differ.
-void check_bitwise(const std::string& what, const std::vector<float>& got, const std::vector<float>& want);
-void check_bitwise16(const std::string& what, const std::vector<std::uint16_t>& got,
-                     const std::vector<std::uint16_t>& want, const std::vector<float>& inputs);
 
 }  // namespace scalelab_gpu_test

@@ -1,5 +1,5 @@
-// The shared test helpers (see gpu_test_util.hpp).
-#include "gpu_test_util.hpp"
+// The host side of the kernel tests (see kernel_checks.hpp).
+#include "kernel_checks.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <sstream>
 
-namespace scalelab_gpu_test {
+namespace scalelab_kernel_test {
 
 std::uint64_t seed_for(const std::string& label) {
   std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a, 64 bits
@@ -75,7 +75,7 @@ Closeness closeness(const std::string& what, const std::vector<float>& got, cons
   std::ostringstream os;
   os << what << ": ";
   if (got.size() != want.size()) {
-    os << got.size() << " elements from the GPU but " << want.size() << " from the CPU";
+    os << got.size() << " elements from the kernel but " << want.size() << " from the CPU";
     return {NAN, os.str()};
   }
   double diff2 = 0, ref2 = 0, worst = -1;
@@ -97,11 +97,11 @@ Closeness closeness(const std::string& what, const std::vector<float>& got, cons
   const double rel = nonfinite ? NAN : (ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2));
   os << "relative error " << rel << " (tolerance " << tolerance << ") over " << got.size() << " elements";
   if (worst >= 0)
-    os << "; largest difference " << worst << " at index " << worst_at << " (GPU " << got[worst_at] << ", CPU "
+    os << "; largest difference " << worst << " at index " << worst_at << " (kernel " << got[worst_at] << ", CPU "
        << want[worst_at] << ")";
   if (nonfinite)
-    os << "; " << nonfinite << " non-finite GPU values (unwritten outputs stay NaN), first at index " << first_nonfinite
-       << " (GPU " << got[first_nonfinite] << ", CPU " << want[first_nonfinite] << ")";
+    os << "; " << nonfinite << " non-finite kernel values (unwritten outputs stay NaN), first at index " << first_nonfinite
+       << " (kernel " << got[first_nonfinite] << ", CPU " << want[first_nonfinite] << ")";
   return {rel, os.str()};
 }
 
@@ -129,7 +129,7 @@ void check_bitwise(const std::string& what, const std::vector<float>& got, const
   std::ostringstream os;
   os << what << ": " << differ << " of " << got.size() << " elements differ bitwise";
   if (differ)
-    os << ", first at index " << first << ": GPU " << got[first] << " ("
+    os << ", first at index " << first << ": kernel " << got[first] << " ("
        << hex(std::bit_cast<std::uint32_t>(got[first])) << "), CPU " << want[first] << " ("
        << hex(std::bit_cast<std::uint32_t>(want[first])) << "), difference "
        << static_cast<double>(got[first]) - want[first];
@@ -148,10 +148,10 @@ void check_bitwise16(const std::string& what, const std::vector<std::uint16_t>& 
   os << what << ": " << differ << " of " << got.size() << " conversions differ";
   if (differ)
     os << ", first at index " << first << ": input " << inputs[first] << " ("
-       << hex(std::bit_cast<std::uint32_t>(inputs[first])) << ") gave GPU " << hex(got[first]) << ", CPU "
+       << hex(std::bit_cast<std::uint32_t>(inputs[first])) << ") gave kernel " << hex(got[first]) << ", CPU "
        << hex(want[first]);
   INFO(os.str());
   CHECK(differ == 0);
 }
 
-}  // namespace scalelab_gpu_test
+}  // namespace scalelab_kernel_test
