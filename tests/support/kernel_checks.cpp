@@ -100,8 +100,8 @@ Closeness closeness(const std::string& what, const std::vector<float>& got, cons
     os << "; largest difference " << worst << " at index " << worst_at << " (kernel " << got[worst_at] << ", CPU "
        << want[worst_at] << ")";
   if (nonfinite)
-    os << "; " << nonfinite << " non-finite kernel values (unwritten outputs stay NaN), first at index " << first_nonfinite
-       << " (kernel " << got[first_nonfinite] << ", CPU " << want[first_nonfinite] << ")";
+    os << "; " << nonfinite << " non-finite kernel values (unwritten outputs stay NaN), first at index "
+       << first_nonfinite << " (kernel " << got[first_nonfinite] << ", CPU " << want[first_nonfinite] << ")";
   return {rel, os.str()};
 }
 
