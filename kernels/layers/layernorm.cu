@@ -11,21 +11,6 @@ namespace {
 
 using namespace layernorm_kernels;
 
-// Launches the backward kernel with P channels per access.
-template <typename F, int P>
-void launch_layernorm_backward(F* dinp, float* partial_w, float* partial_b, const F* dout, const F* inp,
-                               const F* weight, const float* mean, const float* rstd, int N, int C,
-                               const BackwardLaunch& l, cudaStream_t stream) {
-  if (l.shared_bytes > 48 * 1024)
-    SCALELAB_CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<F, P>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(l.shared_bytes)));
-  layernorm_backward_kernel<F, P><<<l.blocks, l.warps * 32, l.shared_bytes, stream>>>(dinp, partial_w, partial_b, dout,
-                                                                                      inp, weight, mean, rstd, N, C,
-                                                                                      l.block_rows);
-  SCALELAB_CUDA_LAUNCH_CHECK();
-}
-
 // The forward kernel over N rows, with 16-byte accesses where every tensor's rows allow them.
 template <typename F, bool kResidual>
 void launch_layernorm_forward(F* out, float* mean, float* rstd, const F* inp, F* residual, const F* a, const F* b,
@@ -57,16 +42,19 @@ void residual_layernorm_forward(F* residual, F* out, float* mean, float* rstd, c
 
 template <typename F>
 void layernorm_backward(F* dinp, F* dweight, F* dbias, float* scratch, const F* dout, const F* inp, const F* weight,
-                        const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
+                        const float* mean, const float* rstd, int N, int C, cudaStream_t stream,
+                        LayerNormBackwardKernel kernel) {
   if (N <= 0 || C <= 0) return;
   const BackwardLaunch l = layernorm_backward_launch(N, C);
   float* partial_w = scratch;
   float* partial_b = scratch + static_cast<std::size_t>(kLayerNormParamChunks) * C;
-  if (rows_on_16_bytes<F>(C, {dinp, dout, inp, weight}))
-    launch_layernorm_backward<F, Pack16<F>::kSize>(dinp, partial_w, partial_b, dout, inp, weight, mean, rstd, N, C, l,
-                                                   stream);
-  else
-    launch_layernorm_backward<F, 1>(dinp, partial_w, partial_b, dout, inp, weight, mean, rstd, N, C, l, stream);
+  const BackwardRowKernel<F> rows = pick_backward_row_kernel(C, dinp, dout, inp, weight, kernel);
+  if (l.shared_bytes > 48 * 1024)
+    SCALELAB_CUDA_CHECK(
+        cudaFuncSetAttribute(rows, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(l.shared_bytes)));
+  rows<<<l.blocks, l.warps * 32, l.shared_bytes, stream>>>(dinp, partial_w, partial_b, dout, inp, weight, mean, rstd, N,
+                                                           C, l.block_rows);
+  SCALELAB_CUDA_LAUNCH_CHECK();
   layernorm_backward_params_total_kernel<<<(C + 31) / 32, dim3(32, 8), 0, stream>>>(dweight, dbias, partial_w,
                                                                                     partial_b, C, l.slots);
   SCALELAB_CUDA_LAUNCH_CHECK();
@@ -77,7 +65,7 @@ void layernorm_backward(F* dinp, F* dweight, F* dbias, float* scratch, const F* 
   template void residual_layernorm_forward<F>(F*, F*, float*, float*, const F*, const F*, const F*, const F*, int,  \
                                               int, cudaStream_t);                                                   \
   template void layernorm_backward<F>(F*, F*, F*, float*, const F*, const F*, const F*, const float*, const float*, \
-                                      int, int, cudaStream_t);
+                                      int, int, cudaStream_t, LayerNormBackwardKernel);
 SCALELAB_FOR_EACH_DTYPE(SCALELAB_INSTANTIATE)
 #undef SCALELAB_INSTANTIATE
 

@@ -22,10 +22,14 @@ void residual_layernorm_forward(F* residual, F* out, float* mean, float* rstd, c
                                 const F* bias, int N, int C, cudaStream_t stream);
 // dinp (N,C) +=; dweight, dbias (C) +=; dout (N,C); scratch: layernorm_backward_scratch_elements(C)
 // fp32 values of workspace (the per-chunk partial sums of dweight and dbias). Deterministic: each
-// sum has a fixed order for a given N.
+// sum has a fixed order for a given N. `kernel` picks the row kernel (layernorm_kernels.cuh):
+// kAuto the fastest that fits C; kStreamed the one for any C, which gives the same bits (the
+// tests compare the two; the benchmark times both).
+enum class LayerNormBackwardKernel { kAuto, kStreamed };
 template <typename F>
 void layernorm_backward(F* dinp, F* dweight, F* dbias, float* scratch, const F* dout, const F* inp, const F* weight,
-                        const float* mean, const float* rstd, int N, int C, cudaStream_t stream);
+                        const float* mean, const float* rstd, int N, int C, cudaStream_t stream,
+                        LayerNormBackwardKernel kernel = LayerNormBackwardKernel::kAuto);
 
 // dweight and dbias are sums over the N rows. The backward kernel cuts the rows into this many
 // slots: each slot's rows are one thread block cluster's (4 blocks that add their sums in rank

@@ -188,30 +188,24 @@ TEMPLATE_TEST_CASE("emulated layernorm forward, alone and fused with the residua
     }
 }
 
-// The LayerNorm backward as layernorm.cu launches it: the row kernel in clusters of
-// kClusterBlocks blocks (partial sums in a scratch that starts NaN), then the total of the slots.
+// The LayerNorm backward as layernorm.cu launches it: the row kernel it picks for `choice` in
+// clusters of kClusterBlocks blocks (partial sums in a scratch that starts NaN), then the total of
+// the slots.
 template <typename F>
 void run_layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight,
-                            const float* mean, const float* rstd, int N, int C, simt::Schedule schedule) {
+                            const float* mean, const float* rstd, int N, int C, cuda::LayerNormBackwardKernel choice,
+                            simt::Schedule schedule) {
   namespace lk = cuda::layernorm_kernels;
   const lk::BackwardLaunch l = lk::layernorm_backward_launch(N, C);
   std::vector<float> scratch(cuda::layernorm_backward_scratch_elements(C));
   poison(scratch);
   float* partial_w = scratch.data();
   float* partial_b = partial_w + static_cast<std::size_t>(cuda::kLayerNormParamChunks) * C;
-  const auto rows = [&]<int P>() {
-    simt::launch(
-        dim3(l.blocks), dim3(l.warps * 32), l.shared_bytes,
-        [&] {
-          lk::layernorm_backward_kernel<F, P>(dinp, partial_w, partial_b, dout, inp, weight, mean, rstd, N, C,
-                                              l.block_rows);
-        },
-        schedule, dim3(lk::kClusterBlocks));
-  };
-  if (lk::rows_on_16_bytes<F>(C, {dinp, dout, inp, weight}))
-    rows.template operator()<cuda::Pack16<F>::kSize>();
-  else
-    rows.template operator()<1>();
+  const lk::BackwardRowKernel<F> rows = lk::pick_backward_row_kernel(C, dinp, dout, inp, weight, choice);
+  simt::launch(
+      dim3(l.blocks), dim3(l.warps * 32), l.shared_bytes,
+      [&] { rows(dinp, partial_w, partial_b, dout, inp, weight, mean, rstd, N, C, l.block_rows); }, schedule,
+      dim3(lk::kClusterBlocks));
   simt::launch(dim3((C + 31) / 32), dim3(32, 8), 0,
                [&] { lk::layernorm_backward_params_total_kernel(dweight, dbias, partial_w, partial_b, C, l.slots); });
 }
@@ -220,14 +214,24 @@ TEMPLATE_TEST_CASE("emulated layernorm backward matches the CPU twin", "[simt][l
   using F = TestType;
   // (N, C, offset): one row; rows and C off the pack (scalar accesses); rows over several slots of
   // the parameter sums, with 2 rows a block; enough rows (9 a block) for every warp of a block to
-  // have some; GPT-2's C, aligned and off alignment; C = 1600, whose sums leave room for 7 warps a
-  // block. dinp, dweight and dbias start non-zero (the kernels add into them).
+  // have some, and some warps two (at C = 256, the resident kernel's sums and next-row prefetch
+  // over rows); C = 512, the resident kernel's largest fp32 row (4 packs a lane; bf16: 2); GPT-2's
+  // C (bf16: resident, 3 packs a lane; fp32: streamed), aligned and off alignment; C = 1600, whose
+  // sums leave room for 7 warps a block. dinp, dweight and dbias start non-zero (the kernels add
+  // into them). Each shape runs the kernel the launcher picks and the streamed one.
   struct Shape {
     int N, C;
     std::size_t offset;
   };
-  for (const auto [N, C, offset] : std::vector<Shape>{
-           {1, 33, 0}, {7, 100, 0}, {300, 64, 0}, {2100, 32, 0}, {33, 768, 0}, {33, 768, 1}, {9, 1600, 0}}) {
+  for (const auto [N, C, offset] : std::vector<Shape>{{1, 33, 0},
+                                                      {7, 100, 0},
+                                                      {300, 64, 0},
+                                                      {2100, 32, 0},
+                                                      {2100, 256, 0},
+                                                      {40, 512, 0},
+                                                      {33, 768, 0},
+                                                      {33, 768, 1},
+                                                      {9, 1600, 0}}) {
     // The warps at three relative speeds on one shape (the others: round robin), for time.
     const bool all_orders = N == 33 && offset == 0;
     for (const simt::Schedule schedule : simt::kAllSchedules) {
@@ -247,14 +251,23 @@ TEMPLATE_TEST_CASE("emulated layernorm backward matches the CPU twin", "[simt][l
       const std::vector<F> w_t = to_tensor<F>(weight, offset);
       std::vector<F> dinp_t = to_tensor<F>(dinp, offset), dw_t = to_tensor<F>(dweight, offset);
       std::vector<F> db_t = to_tensor<F>(dbias, offset);
+      // The streamed kernel on copies of the accumulated tensors.
+      std::vector<F> dinp_s = dinp_t, dw_s = dw_t, db_s = db_t;
       run_layernorm_backward<F>(dinp_t.data() + offset, dw_t.data() + offset, db_t.data() + offset,
                                 dout_t.data() + offset, inp_t.data() + offset, w_t.data() + offset, mean.data(),
-                                rstd.data(), N, C, schedule);
+                                rstd.data(), N, C, cuda::LayerNormBackwardKernel::kAuto, schedule);
+      run_layernorm_backward<F>(dinp_s.data() + offset, dw_s.data() + offset, db_s.data() + offset,
+                                dout_t.data() + offset, inp_t.data() + offset, w_t.data() + offset, mean.data(),
+                                rstd.data(), N, C, cuda::LayerNormBackwardKernel::kStreamed, schedule);
       scalelab::layernorm_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(), weight.data(),
                                    mean.data(), rstd.data(), N, C);
       check_close("layernorm backward " + label + " dinp", widen(dinp_t, offset), dinp, rel_tolerance<F>());
       check_close("layernorm backward " + label + " dweight", widen(dw_t, offset), dweight, rel_tolerance<F>());
       check_close("layernorm backward " + label + " dbias", widen(db_t, offset), dbias, rel_tolerance<F>());
+      // The two row kernels: the same arithmetic in the same order.
+      check_bitwise("layernorm backward streamed vs picked " + label + " dinp", widen(dinp_s), widen(dinp_t));
+      check_bitwise("layernorm backward streamed vs picked " + label + " dweight", widen(dw_s), widen(dw_t));
+      check_bitwise("layernorm backward streamed vs picked " + label + " dbias", widen(db_s), widen(db_t));
     }
   }
 }

@@ -24,17 +24,20 @@ TEMPLATE_TEST_CASE("layernorm forward and backward match the CPU twin", "[gpu][l
   using F = TestType;
   cuda::Stream stream;
   // (N rows, C channels, offset): one row; a partial block of rows with C > 3 warps' widths; many
-  // rows with C just over a warp; GPT-2's C; GPT-2 medium's and XL's, whose backward needs more
-  // than 48 KB of shared memory per block (the kernel asks for it) and, at 1600, fewer warps a
-  // block. C = 33 (and 100 in bf16/fp16) is not a multiple of a 16-byte pack: scalar accesses.
+  // rows with C just over a warp; several rows a warp (the resident backward's running sums and
+  // next-row prefetch); C = 512, the resident backward's largest fp32 row; GPT-2's C (the resident
+  // backward in bf16/fp16, the streamed in fp32); GPT-2 medium's and XL's, whose backward needs
+  // more than 48 KB of shared memory per block (the kernel asks for it) and, at 1600, fewer warps
+  // a block. C = 33 (and 100 in bf16/fp16) is not a multiple of a 16-byte pack: scalar accesses.
   // The last shape has every tensor `offset` = 1 element past a 16-byte boundary: the scalar
-  // kernels on a shape that aligned pointers run with 16-byte accesses.
+  // kernels on a shape that aligned pointers run with 16-byte accesses. The backward runs twice:
+  // the row kernel the launcher picks, and the streamed one, which must give the same bits.
   struct Shape {
     int N, C;
     std::size_t offset;
   };
-  const std::vector<Shape> shapes = {{1, 33, 0},    {7, 100, 0},    {1000 + 3, 33, 0}, {65, 768, 0},
-                                     {65, 1024, 0}, {300, 1600, 0}, {65, 768, 1}};
+  const std::vector<Shape> shapes = {{1, 33, 0},   {7, 100, 0},   {1000 + 3, 33, 0}, {8192 + 5, 256, 0}, {40, 512, 0},
+                                     {65, 768, 0}, {65, 1024, 0}, {300, 1600, 0},    {65, 768, 1}};
   for (auto [N, C, offset] : shapes) {
     const std::string label = std::string("layernorm ") + dtype_name<F>() + " N=" + std::to_string(N) +
                               " C=" + std::to_string(C) + (offset ? " off 16-byte alignment" : "");
@@ -51,6 +54,8 @@ TEMPLATE_TEST_CASE("layernorm forward and backward match the CPU twin", "[gpu][l
     DeviceBuffer<F> d_bias = upload<F>(bias, offset), d_dout = upload<F>(dout, offset);
     DeviceBuffer<F> d_dinp = upload<F>(dinp, offset), d_dweight = upload<F>(dweight, offset);
     DeviceBuffer<F> d_dbias = upload<F>(dbias, offset);
+    DeviceBuffer<F> s_dinp = upload<F>(dinp, offset), s_dweight = upload<F>(dweight, offset);
+    DeviceBuffer<F> s_dbias = upload<F>(dbias, offset);
     DeviceBuffer<F> d_out(offset + NC, MemCategory::kActivations, nullptr);
     DeviceBuffer<float> d_mean(N, MemCategory::kActivations, nullptr), d_rstd(N, MemCategory::kActivations, nullptr);
     poison(d_out);
@@ -63,6 +68,10 @@ TEMPLATE_TEST_CASE("layernorm forward and backward match the CPU twin", "[gpu][l
     cuda::layernorm_backward(d_dinp.data() + offset, d_dweight.data() + offset, d_dbias.data() + offset,
                              d_scratch.data(), d_dout.data() + offset, d_inp.data() + offset, d_weight.data() + offset,
                              d_mean.data(), d_rstd.data(), N, C, stream.get());
+    cuda::layernorm_backward(s_dinp.data() + offset, s_dweight.data() + offset, s_dbias.data() + offset,
+                             d_scratch.data(), d_dout.data() + offset, d_inp.data() + offset, d_weight.data() + offset,
+                             d_mean.data(), d_rstd.data(), N, C, stream.get(),
+                             cuda::LayerNormBackwardKernel::kStreamed);
     stream.synchronize();
 
     std::vector<float> out(NC), mean(N), rstd(N);
@@ -76,6 +85,10 @@ TEMPLATE_TEST_CASE("layernorm forward and backward match the CPU twin", "[gpu][l
     check_close(label + " dinp", download(d_dinp, offset), dinp, rel_tolerance<F>());
     check_close(label + " dweight", download(d_dweight, offset), dweight, rel_tolerance<F>());
     check_close(label + " dbias", download(d_dbias, offset), dbias, rel_tolerance<F>());
+    check_bitwise(label + " dinp, streamed vs picked kernel", download(s_dinp, offset), download(d_dinp, offset));
+    check_bitwise(label + " dweight, streamed vs picked kernel", download(s_dweight, offset),
+                  download(d_dweight, offset));
+    check_bitwise(label + " dbias, streamed vs picked kernel", download(s_dbias, offset), download(d_dbias, offset));
   }
 }
 
