@@ -302,10 +302,9 @@ class Blocks {
         for (Thread& t : threads_)
           if (t.state == State::kRunnable) return &t;
         return nullptr;
-      case Schedule::kLastWarpAhead:
-        for (std::size_t w = warps_.size(); w-- > 0;)
-          for (std::size_t i = w * kWarpSize; i < (w + 1) * kWarpSize; ++i)
-            if (threads_[i].state == State::kRunnable) return &threads_[i];
+      case Schedule::kLastWarpAhead:  // the last warp, and in each warp the last lane, first
+        for (std::size_t i = n; i-- > 0;)
+          if (threads_[i].state == State::kRunnable) return &threads_[i];
         return nullptr;
     }
     return nullptr;

@@ -18,10 +18,10 @@
 // when the block ends, so another block of its cluster that reads it later sees NaN.
 //
 // What it does not model: timing (a thread runs until its next meeting point; which thread goes
-// next is the launch's Schedule), the lanes of one warp running apart between two meeting points,
-// memory ordering between blocks, and the hardware's exact rounding of mma.sync's sums and of its
-// fast exp2 and tanh (see ptx.cuh): a kernel that passes here must still pass its GPU test.
-// Include this header first, before any CUDA header.
+// next is the launch's Schedule), the lanes of one warp interleaved between two meeting points
+// (they run one after another, in the Schedule's lane order), memory ordering between blocks, and the hardware's exact
+// rounding of mma.sync's sums and of its fast exp2 and tanh (see ptx.cuh): a kernel that passes here must still pass
+// its GPU test. Include this header first, before any CUDA header.
 #pragma once
 
 #include <cstddef>
@@ -65,7 +65,12 @@ const Builtins& builtins();
 //   kRoundRobin      every thread to its next meeting point in turn (the warps in step);
 //   kFirstWarpAhead  always the lowest-numbered warp that can go on: warp 0 runs until a
 //                    barrier stops it, then warp 1 catches up, ...;
-//   kLastWarpAhead   the same from the highest-numbered warp.
+//   kLastWarpAhead   the same from the highest-numbered thread: the last warp first, and in it
+//                    the last lane first.
+// The lanes of a warp run one after another between two meeting points, lowest first except
+// under kLastWarpAhead. So a lane that reads shared memory another lane wrote, with no __syncwarp
+// (or other meeting point) between, reads it unwritten under one order or the other: from a
+// higher lane under the first two, from a lower lane under the last.
 enum class Schedule { kRoundRobin, kFirstWarpAhead, kLastWarpAhead };
 inline constexpr Schedule kAllSchedules[] = {Schedule::kRoundRobin, Schedule::kFirstWarpAhead,
                                              Schedule::kLastWarpAhead};

@@ -59,6 +59,31 @@ TEST_CASE("simt: __shfl_xor_sync exchanges within each warp", "[simt]") {
   for (int t = 0; t < 64; ++t) REQUIRE(got[t] == static_cast<float>(t ^ 5));  // never across warps
 }
 
+TEST_CASE("simt: a lane sees another lane's shared-memory write after __syncwarp, and under some order not before",
+          "[simt]") {
+  // Each lane writes its word, then reads the word of the lane below it. The lanes of a warp run
+  // one after another between meeting points: lowest first, lane k - 1 has written before lane k
+  // reads; under kLastWarpAhead (highest first) lane k reads first and finds the NaN shared
+  // memory starts as. With __syncwarp every order reads the writes.
+  for (const bool sync : {true, false})
+    for (const simt::Schedule schedule : simt::kAllSchedules) {
+      std::vector<float> got(32, 0.0f);
+      simt::launch(
+          dim3(1), dim3(32), 32 * sizeof(float),
+          [&] {
+            float* s = reinterpret_cast<float*>(ptx::dynamic_shared_memory());
+            const int t = static_cast<int>(threadIdx.x);
+            s[t] = static_cast<float>(t);
+            if (sync) __syncwarp();
+            got[t] = t > 0 ? s[t - 1] : 0.0f;
+          },
+          schedule);
+      const auto unwritten = std::count_if(got.begin(), got.end(), [](float v) { return std::isnan(v); });
+      INFO((sync ? "with" : "without") << " __syncwarp, " << simt::schedule_name(schedule));
+      REQUIRE(unwritten == (!sync && schedule == simt::Schedule::kLastWarpAhead ? 31 : 0));
+    }
+}
+
 TEST_CASE("simt: ldmatrix and mma.sync multiply a 16x16 by a 16x8 tile exactly", "[simt]") {
   // A (16 x 16) and B^T (8 x 16: B's columns as rows, the q k^T layout) of small integers in
   // bf16, every product exact; D = A B by one warp, against the plain product.
