@@ -156,9 +156,17 @@ std::vector<KernelRow> bench_layers(const BenchShape& shape, const BenchOptions&
     DeviceBuffer<int> targets = random_tokens(N, V, 91, &unused);
     auto logits = random_buffer<F>(NVp, 92, 0.05f, 4.0f), probs = empty_buffer<F>(NVp), dlogits = empty_buffer<F>(NVp);
     auto losses = empty_buffer<float>(N);
-    r.memory("crossentropy", "forward", 2.0 * NV * s + 8.0 * N,
+    // The model's pair: the loss from one read of the logits; dlogits from the logits and losses.
+    r.memory("crossentropy", "forward", NV * s + 8.0 * N,
+             [&] { crossentropy_loss(losses.data(), logits.data(), targets.data(), N, V, Vp, st); });
+    r.memory("crossentropy", "backward", 2.0 * NV * s + 8.0 * N, [&] {
+      crossentropy_backward_logits(dlogits.data(), logits.data(), losses.data(), targets.data(), 1.0f / N, N, V, Vp,
+                                   st);
+    });
+    // The pair with probabilities (the tensor-parallel head's backward; the earlier model's pair).
+    r.memory("crossentropy (probs)", "forward", 2.0 * NV * s + 8.0 * N,
              [&] { crossentropy_forward(probs.data(), losses.data(), logits.data(), targets.data(), N, V, Vp, st); });
-    r.memory("crossentropy", "backward", 2.0 * NV * s + 4.0 * N,
+    r.memory("crossentropy (probs)", "backward", 2.0 * NV * s + 4.0 * N,
              [&] { crossentropy_backward(dlogits.data(), probs.data(), targets.data(), 1.0f / N, N, V, Vp, st); });
   }
   return r.take();

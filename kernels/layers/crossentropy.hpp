@@ -21,6 +21,19 @@ template <typename F>
 void crossentropy_backward(F* dlogits, const F* probs, const int* targets, float dloss, int N, int V, int ld,
                            cudaStream_t stream);
 
+// The pair without probabilities, which the GPU model runs (one read and one write of the
+// (N,V) logits fewer a step). crossentropy_loss: losses (N) as crossentropy_forward computes
+// them, from logits read once, nothing else written. crossentropy_backward_logits: dlogits (N,V)
+// = (softmax(logits) - onehot) * dloss, with the softmax recomputed from the logits and the
+// losses crossentropy_loss returned for them (each row's log-sum-exp is its loss plus its target's
+// logit); dlogits may alias logits. Rows ld >= V apart; only the first V columns are read or
+// written.
+template <typename F>
+void crossentropy_loss(float* losses, const F* logits, const int* targets, int N, int V, int ld, cudaStream_t stream);
+template <typename F>
+void crossentropy_backward_logits(F* dlogits, const F* logits, const float* losses, const int* targets, float dloss,
+                                  int N, int V, int ld, cudaStream_t stream);
+
 // The same with contiguous rows (ld = V).
 template <typename F>
 void crossentropy_forward(F* probs, float* losses, const F* logits, const int* targets, int N, int V,

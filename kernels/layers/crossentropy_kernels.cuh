@@ -10,6 +10,14 @@
 // bf16 rows, about 30 MB over the GPU), and the writes and second reads carry a streaming hint
 // (evict first) so that they do not push the rows still to be read out of L2.
 //
+// The GPU model runs a second pair that writes no probabilities: a forward that is pass 1 alone
+// (the loss, one read of the logits), and a backward that recomputes each probability from its
+// logit and the row's log-sum-exp, which the loss gives back (lse = loss + z[target]), writing
+// dlogits over the logits. Per step that is one read and one write of the (N, V) logits fewer
+// than the forward that writes probabilities and a backward that reads them (GPT-2, bf16: 0.8 GB
+// each). The probability pair stays for the tensor-parallel head, whose probabilities come from
+// its own kernels (tensor_parallel.hpp), and as the CPU twin's shape.
+//
 // Thread t always owns the same columns, chunks t, t + blockDim, ... of kPack columns, whether
 // the row is 16-byte aligned (one 128-bit access per chunk) or not (kPack scalar accesses): the
 // arithmetic, and so every bit of the result, does not depend on the row stride ld.
@@ -88,21 +96,14 @@ __device__ __forceinline__ void block_merge(float& m, float& s, float* shared) {
     merge(m, s, __shfl_xor_sync(0xffffffffu, m, offset), __shfl_xor_sync(0xffffffffu, s, offset));
 }
 
+// Pass 1 of both forward kernels: row z's max m and sum s = sum exp(z - m), every thread of the
+// block gets them. Each thread keeps a running (max, sum) over its chunks, kUnroll loads in
+// flight, then the block merges them. `shared` holds 2 x 32 floats.
 template <typename F>
-__global__ void __launch_bounds__(kRowThreads)
-    crossentropy_forward_kernel(F* probs, float* losses, const F* logits, const int* targets, int V, int ld) {
-  __shared__ float shared[64];
+__device__ __forceinline__ void row_max_sum(const F* z, int V, bool z_aligned, float& m, float& s, float* shared) {
   constexpr int kSize = Pack16<F>::kSize;
-  const std::size_t off = static_cast<std::size_t>(blockIdx.x) * ld;
-  const F* z = logits + off;
-  F* p = probs + off;
-  const bool z_aligned = aligned16(z), p_aligned = aligned16(p);
-  // Read the target's logit before probs (which may alias the logits) is written; block_merge
-  // synchronises the block, so every write comes after this read.
-  const float target_logit = threadIdx.x == 0 ? to_float(z[targets[blockIdx.x]]) : 0.0f;
-
-  // Pass 1: this thread's running max m and sum s = sum exp(z - m) over its chunks.
-  float m = -INFINITY, s = 0.0f;
+  m = -INFINITY;
+  s = 0.0f;
   const int step = blockDim.x * kSize;  // columns between two chunks of one thread
   for (int j0 = threadIdx.x * kSize; j0 < V; j0 += kUnroll * step) {
     Pack16<F> c[kUnroll];
@@ -124,18 +125,49 @@ __global__ void __launch_bounds__(kRowThreads)
     }
   }
   block_merge(m, s, shared);
+}
+
+// The row's loss, -log p[target], as log-sum-exp: finite even where p[target] underflows to zero.
+__device__ __forceinline__ float row_loss(float m, float s, float target_logit) { return logf(s) - (target_logit - m); }
+
+template <typename F>
+__global__ void __launch_bounds__(kRowThreads)
+    crossentropy_forward_kernel(F* probs, float* losses, const F* logits, const int* targets, int V, int ld) {
+  __shared__ float shared[64];
+  constexpr int kSize = Pack16<F>::kSize;
+  const std::size_t off = static_cast<std::size_t>(blockIdx.x) * ld;
+  const F* z = logits + off;
+  F* p = probs + off;
+  const bool z_aligned = aligned16(z), p_aligned = aligned16(p);
+  // Read the target's logit before probs (which may alias the logits) is written; block_merge
+  // synchronises the block, so every write comes after this read.
+  const float target_logit = threadIdx.x == 0 ? to_float(z[targets[blockIdx.x]]) : 0.0f;
+  float m, s;
+  row_max_sum(z, V, z_aligned, m, s, shared);
   const float inv = 1.0f / s;
 
   // Pass 2: the probabilities, each thread over the same chunks (read, then written: in place
   // no other thread touches them).
+  const int step = blockDim.x * kSize;
   for (int j = threadIdx.x * kSize; j < V; j += step) {
     Pack16<F> c = load_chunk(z, j, V, z_aligned, true);
 #pragma unroll
     for (int k = 0; k < kSize; ++k) c.v[k] = from_float<F>(expf(to_float(c.v[k]) - m) * inv);
     store_chunk(p, j, V, p_aligned, c);
   }
-  // -log p[target] as log-sum-exp: finite even where p[target] underflows to zero
-  if (threadIdx.x == 0) losses[blockIdx.x] = logf(s) - (target_logit - m);
+  if (threadIdx.x == 0) losses[blockIdx.x] = row_loss(m, s, target_logit);
+}
+
+// The loss alone, for a backward that starts from the logits (crossentropy_backward_logits_kernel):
+// pass 1 only, no probabilities written.
+template <typename F>
+__global__ void __launch_bounds__(kRowThreads)
+    crossentropy_loss_kernel(float* losses, const F* logits, const int* targets, int V, int ld) {
+  __shared__ float shared[64];
+  const F* z = logits + static_cast<std::size_t>(blockIdx.x) * ld;
+  float m, s;
+  row_max_sum(z, V, aligned16(z), m, s, shared);
+  if (threadIdx.x == 0) losses[blockIdx.x] = row_loss(m, s, to_float(z[targets[blockIdx.x]]));
 }
 
 // Row blockIdx.x, chunk blockIdx.y * blockDim.x + threadIdx.x: dlogits = (probs - onehot) * dloss.
@@ -157,6 +189,46 @@ __global__ void crossentropy_backward_kernel(F* dlogits, const F* probs, const i
     c.v[k] = from_float<F>(g);
   }
   store_chunk(d, j, V, aligned16(d), c);
+}
+
+// Row blockIdx.x: dlogits = (softmax(z) - onehot) * dloss from the logits z themselves, the
+// softmax as exp(z - lse) with the row's log-sum-exp lse = loss + z[target] (the loss is
+// lse - z[target]), so the forward need not write the probabilities. One block a row, each thread
+// over chunks kRowThreads apart, kUnroll loads in flight: the target's logit is read once, before
+// any thread writes (dlogits may alias the logits, and the target's chunk is one thread's).
+template <typename F>
+__global__ void __launch_bounds__(kRowThreads)
+    crossentropy_backward_logits_kernel(F* dlogits, const F* logits, const float* losses, const int* targets,
+                                        float dloss, int V, int ld) {
+  __shared__ float lse_shared;
+  constexpr int kSize = Pack16<F>::kSize;
+  const std::size_t off = static_cast<std::size_t>(blockIdx.x) * ld;
+  const F* z = logits + off;
+  F* d = dlogits + off;
+  const bool z_aligned = aligned16(z), d_aligned = aligned16(d);
+  const int target = targets[blockIdx.x];
+  if (threadIdx.x == 0) lse_shared = losses[blockIdx.x] + to_float(z[target]);
+  __syncthreads();
+  const float lse = lse_shared;
+  const int step = blockDim.x * kSize;
+  for (int j0 = threadIdx.x * kSize; j0 < V; j0 += kUnroll * step) {
+    Pack16<F> c[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (j0 + u * step < V) c[u] = load_chunk(z, j0 + u * step, V, z_aligned, true);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int j = j0 + u * step;
+      if (j >= V) break;
+#pragma unroll
+      for (int k = 0; k < kSize; ++k) {
+        float g = expf(to_float(c[u].v[k]) - lse) * dloss;
+        if (j + k == target) g -= dloss;
+        c[u].v[k] = from_float<F>(g);
+      }
+      store_chunk(d, j, V, d_aligned, c[u]);
+    }
+  }
 }
 
 __global__ void mean_loss_kernel(float* mean, const float* losses, int N) {

@@ -189,7 +189,9 @@ double GpuGPT<F>::forward_slice(const int* tokens, const F* input, const int* ta
   layernorm_forward(acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, acts_.final_input, w_.lnf_w, w_.lnf_b, N, C, st);
   // logits (B,T,V), rows Vp apart: the V rows of wte (V,C), written with an aligned leading dimension
   matmul_forward<F>(acts_.probs, acts_.lnf, w_.wte, nullptr, N, C, V, Vp, blas_);
-  crossentropy_forward(acts_.probs, acts_.losses, acts_.probs, targets_.data(), N, V, Vp, st);  // in place
+  // The losses alone: backward recomputes the softmax from the logits and the losses, which saves
+  // writing the (B,T,V) probabilities and reading them back.
+  crossentropy_loss(acts_.losses, acts_.probs, targets_.data(), N, V, Vp, st);
   mean_loss(loss_.data(), acts_.losses, N, st);
   float loss = 0;
   SCALELAB_CUDA_CHECK(cudaMemcpyAsync(&loss, loss_.data(), sizeof(float), cudaMemcpyDeviceToHost, st));
@@ -206,10 +208,11 @@ void GpuGPT<F>::backward(float loss_scale) {
   const int B = acts_.B, T = acts_.T, C = config_.channels, V = config_.vocab_size, Vp = padded_vocab(), N = B * T;
   cudaStream_t st = stream();
   // Mean loss over N positions: d loss / d loss[i] = 1/N (in float, as the CPU computes it).
-  // dlogits overwrite the probabilities they are computed from (elementwise), which saves a
-  // (B,T,V) buffer: with GPT-2's V = 50257 the largest tensor of the model.
+  // dlogits overwrite the logits they are computed from (with the forward's losses), which saves
+  // a (B,T,V) buffer: with GPT-2's V = 50257 the largest tensor of the model.
   F* dlogits = acts_.probs;
-  crossentropy_backward(dlogits, acts_.probs, targets_.data(), loss_scale / static_cast<float>(N), N, V, Vp, st);
+  crossentropy_backward_logits(dlogits, acts_.probs, acts_.losses, targets_.data(), loss_scale / static_cast<float>(N),
+                               N, V, Vp, st);
   probs_hold_dlogits_ = true;
   source_root(true);  // ZeRO-3: the head reads wte, ln_f's backward its weight
   if (grad_place_) {  // ZeRO-2: the head writes wte's gradient, ln_f's backward its own

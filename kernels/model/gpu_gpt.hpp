@@ -77,8 +77,9 @@ struct GpuActivations {
   F* lnf = nullptr;                     // (B,T,C)
   float* lnf_mean = nullptr;            // (B,T)
   float* lnf_rstd = nullptr;            // (B,T)
-  F* probs = nullptr;                   // (B,T,V)  rows Vp apart: softmax of the logits; backward turns
-                                        //          it into dlogits
+  F* probs = nullptr;                   // (B,T,V)  rows Vp apart: the logits (the CPU's probs buffer: the
+                                        //          GPU recomputes the softmax in backward instead of
+                                        //          saving it); backward turns them into dlogits
   float* losses = nullptr;              // (B,T)
 };
 

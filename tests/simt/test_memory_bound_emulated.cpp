@@ -318,7 +318,8 @@ TEMPLATE_TEST_CASE("emulated bias gradient matches the column sums", "[simt][mat
                       Catch::Matchers::Contains("a bias of 1000 columns has no room for its partial sums"));
 }
 
-TEMPLATE_TEST_CASE("emulated cross-entropy matches the CPU twin", "[simt][crossentropy]", float, bf16, fp16) {
+TEMPLATE_TEST_CASE("emulated cross-entropy (both kernel pairs) matches the CPU twin", "[simt][crossentropy]", float,
+                   bf16, fp16) {
   using F = TestType;
   namespace ck = cuda::crossentropy_kernels;
   // (N, V, ld): a row under a block's chunks; V off the pack; GPT-2's V with the LM head's padded
@@ -331,19 +332,11 @@ TEMPLATE_TEST_CASE("emulated cross-entropy matches the CPU twin", "[simt][crosse
       const std::string label = std::string(dtype_name<F>()) + " N=" + std::to_string(N) + " V=" + std::to_string(V) +
                                 " ld=" + std::to_string(ld) + " (" + simt::schedule_name(schedule) + ")";
       scalelab::Rng rng(static_cast<std::uint64_t>(N * 100000 + V));
-      const std::size_t NV = static_cast<std::size_t>(N) * V;
-      const std::vector<float> logits = random_inputs<F>(NV, rng, 0.05f, 4.0f);
-      const std::vector<int> targets = random_ints(N, rng, V);
-      const float dloss = 1.0f / static_cast<float>(N);
-
-      std::vector<float> probs(NV), losses(N);
-      scalelab::crossentropy_forward(probs.data(), losses.data(), logits.data(), targets.data(), N, V);
-      double mean = 0;
-      for (const float l : losses) mean += l;
-      mean /= N;
+      const CrossEntropyCase c = crossentropy_case<F>(N, V, rng);
+      const std::vector<int>& targets = c.targets;
 
       // The logits in rows ld apart, NaN in the padding (which no kernel may read or write).
-      std::vector<F> buffer = to_tensor<F>(pad_rows(logits, N, V, ld));
+      std::vector<F> buffer = to_tensor<F>(pad_rows(c.logits, N, V, ld));
       std::vector<float> losses_got(N), mean_got(1);
       poison(losses_got);
       poison(mean_got);
@@ -361,20 +354,48 @@ TEMPLATE_TEST_CASE("emulated cross-entropy matches the CPU twin", "[simt][crosse
         check_padding_unwritten("crossentropy " + label + " " + what, wide, N, V, ld);
         return unpad_rows(wide, N, V, ld);
       };
-      check_close("crossentropy " + label + " probs", unpad("probs", buffer), probs, rel_tolerance<F>());
-      check_close("crossentropy " + label + " losses", losses_got, losses, rel_tolerance<float>());
-      check_close("crossentropy " + label + " mean loss", mean_got, {static_cast<float>(mean)}, rel_tolerance<float>());
+      check_close("crossentropy " + label + " probs", unpad("probs", buffer), c.probs, rel_tolerance<F>());
+      check_close("crossentropy " + label + " losses", losses_got, c.losses, rel_tolerance<float>());
+      check_close("crossentropy " + label + " mean loss", mean_got, {c.mean_loss}, rel_tolerance<float>());
 
       // The backward in place of the probabilities, from the CPU's probabilities rounded to F.
-      buffer = to_tensor<F>(pad_rows(probs, N, V, ld));
+      buffer = to_tensor<F>(pad_rows(c.probs, N, V, ld));
+      std::vector<float> probs = c.probs, dlogits(c.dlogits.size());
       round_to<F>(probs);
-      std::vector<float> dlogits(NV);
-      scalelab::crossentropy_backward(dlogits.data(), probs.data(), targets.data(), dloss, N, V);
+      scalelab::crossentropy_backward(dlogits.data(), probs.data(), targets.data(), c.dloss, N, V);
       simt::launch(
           ck::backward_grid<F>(N, V), dim3(ck::kBackThreads), 0,
-          [&] { ck::crossentropy_backward_kernel<F>(buffer.data(), buffer.data(), targets.data(), dloss, V, ld); },
+          [&] { ck::crossentropy_backward_kernel<F>(buffer.data(), buffer.data(), targets.data(), c.dloss, V, ld); },
           schedule);
       check_close("crossentropy " + label + " dlogits", unpad("dlogits", buffer), dlogits, rel_tolerance<F>());
+
+      // The pair the GPU model runs, which writes no probabilities: the loss from one read of the
+      // logits, then dlogits from the logits and the losses, into a buffer of their own and over
+      // the logits (as the model does). It recomputes each probability in fp32, so its dlogits are
+      // checked against the CPU's from unrounded probabilities.
+      const std::vector<F> padded = to_tensor<F>(pad_rows(c.logits, N, V, ld));
+      buffer = padded;
+      poison(losses_got);
+      simt::launch(
+          dim3(N), dim3(ck::kRowThreads), 0,
+          [&] { ck::crossentropy_loss_kernel<F>(losses_got.data(), buffer.data(), targets.data(), V, ld); }, schedule);
+      check_close("crossentropy loss " + label + " losses", losses_got, c.losses, rel_tolerance<float>());
+      check_bitwise("crossentropy loss " + label + " logits left as they were", widen(buffer), widen(padded));
+      std::vector<F> separate(padded.size());
+      poison(separate);                                  // NaN, padding included: it must stay NaN
+      for (F* out : {separate.data(), buffer.data()}) {  // out of place first: it must not change the logits
+        simt::launch(
+            dim3(N), dim3(ck::kRowThreads), 0,
+            [&] {
+              ck::crossentropy_backward_logits_kernel<F>(out, buffer.data(), losses_got.data(), targets.data(), c.dloss,
+                                                         V, ld);
+            },
+            schedule);
+      }
+      check_close("crossentropy from logits " + label + " dlogits", unpad("dlogits from logits", separate), c.dlogits,
+                  rel_tolerance<F>());
+      check_close("crossentropy from logits " + label + " dlogits over the logits",
+                  unpad("dlogits over the logits", buffer), c.dlogits, rel_tolerance<F>());
     }
 }
 

@@ -8,6 +8,9 @@
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+#include <utility>
+
+#include "model/layers/crossentropy.hpp"
 
 namespace scalelab_kernel_test {
 
@@ -33,6 +36,18 @@ std::vector<int> random_ints(std::size_t n, Rng& rng, int bound) {
   std::vector<int> x(n);
   for (int& v : x) v = static_cast<int>(rng.below(static_cast<std::uint64_t>(bound)));
   return x;
+}
+
+CrossEntropyCase crossentropy_case(int N, int V, std::vector<float> logits, Rng& rng) {
+  const std::size_t NV = static_cast<std::size_t>(N) * V;
+  CrossEntropyCase c{N, V, std::move(logits), random_ints(N, rng, V), 1.0f / static_cast<float>(N), {}, {}, {}, 0.0f};
+  c.probs.resize(NV);
+  c.losses.resize(N);
+  c.dlogits.resize(NV);
+  c.mean_loss = scalelab::crossentropy_forward(c.probs.data(), c.losses.data(), c.logits.data(), c.targets.data(), N,
+                                               V);
+  scalelab::crossentropy_backward(c.dlogits.data(), c.probs.data(), c.targets.data(), c.dloss, N, V);
+  return c;
 }
 
 int padded_stride(int cols) { return (cols / 128 + 1) * 128; }

@@ -93,6 +93,24 @@ std::vector<float> unpad_rows(const std::vector<float>& x, int rows, int cols, i
 // kernel did not write.
 void check_padding_unwritten(const std::string& what, const std::vector<float>& x, int rows, int cols, int ld);
 
+// A softmax + cross-entropy case: N rows of V logits already rounded to F (from 0.05 to 4), a
+// target a row, the mean loss's gradient 1/N, and the CPU twin's (model/layers/crossentropy.hpp)
+// probabilities, losses, their mean, and dlogits from the unrounded probabilities.
+struct CrossEntropyCase {
+  int N, V;
+  std::vector<float> logits;
+  std::vector<int> targets;
+  float dloss;
+  std::vector<float> probs, losses, dlogits;
+  float mean_loss;
+};
+// The case for these logits (N V values), with targets drawn from rng.
+CrossEntropyCase crossentropy_case(int N, int V, std::vector<float> logits, Rng& rng);
+template <typename F>
+CrossEntropyCase crossentropy_case(int N, int V, Rng& rng) {
+  return crossentropy_case(N, V, random_inputs<F>(static_cast<std::size_t>(N) * V, rng, 0.05f, 4.0f), rng);
+}
+
 // ||got - want|| / ||want||, with a report of the largest difference and the first non-finite
 // element; NaN when got has a non-finite element.
 struct Closeness {

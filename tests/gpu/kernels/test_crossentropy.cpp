@@ -1,10 +1,13 @@
 // Fused softmax + cross-entropy on the GPU against its CPU twin
 // (model/layers/crossentropy.hpp): vocabularies smaller than, just over, and far larger than the
 // 512 threads of a row's block (50257, GPT-2's), in place and out of place; and with rows further
-// apart than V (the LM head's padded logits), where the padding is neither read nor written.
+// apart than V (the LM head's padded logits), where the padding is neither read nor written. The
+// pair the model runs, which writes no probabilities (crossentropy_loss, then
+// crossentropy_backward_logits), against the same twin.
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -29,13 +32,9 @@ TEMPLATE_TEST_CASE("crossentropy forward, backward and mean loss match the CPU t
                               " V=" + std::to_string(V);
     Rng rng(seed_for(label));
     const std::size_t NV = static_cast<std::size_t>(N) * V;
-    const std::vector<float> logits = random_inputs<F>(NV, rng, 0.05f, 4.0f);
-    const std::vector<int> targets = random_ints(N, rng, V);
-    const float dloss = 1.0f / static_cast<float>(N);  // the mean loss's gradient
-
-    std::vector<float> probs(NV), losses(N), dlogits(NV);
-    const float mean = scalelab::crossentropy_forward(probs.data(), losses.data(), logits.data(), targets.data(), N, V);
-    scalelab::crossentropy_backward(dlogits.data(), probs.data(), targets.data(), dloss, N, V);
+    const CrossEntropyCase c = crossentropy_case<F>(N, V, rng);
+    const auto& [logits, targets, dloss, probs, losses, dlogits, mean] = std::tie(c.logits, c.targets, c.dloss, c.probs,
+                                                                                  c.losses, c.dlogits, c.mean_loss);
 
     DeviceBuffer<int> d_targets = cuda::to_device(targets, MemCategory::kActivations, nullptr);
     DeviceBuffer<F> d_logits = upload<F>(logits);
@@ -81,9 +80,8 @@ TEMPLATE_TEST_CASE("crossentropy with a row stride above V: bitwise the contiguo
                               " V=" + std::to_string(V) + " ld=" + std::to_string(ld);
     Rng rng(seed_for(label));
     const std::size_t NV = static_cast<std::size_t>(N) * V, NL = static_cast<std::size_t>(N) * ld;
-    const std::vector<float> logits = random_inputs<F>(NV, rng, 0.05f, 4.0f);
-    const std::vector<int> targets = random_ints(N, rng, V);
-    const float dloss = 1.0f / static_cast<float>(N);
+    const CrossEntropyCase c = crossentropy_case<F>(N, V, rng);
+    const auto& [logits, targets, dloss] = std::tie(c.logits, c.targets, c.dloss);
     DeviceBuffer<int> d_targets = cuda::to_device(targets, MemCategory::kActivations, nullptr);
 
     // Contiguous rows: the reference.
@@ -127,6 +125,54 @@ TEMPLATE_TEST_CASE("crossentropy with a row stride above V: bitwise the contiguo
     check_bitwise(label + " dlogits in place", unpad_rows(got_d_in_place, N, V, ld), dlogits);
     check_padding_unwritten(label + " dlogits in place", got_d_in_place, N, V, ld);
   }
+}
+
+// The model's pair: the losses from the logits, nothing else written; then dlogits from the
+// logits and those losses, into a buffer of their own and over the logits, rows contiguous and ld
+// apart (NaN padding, neither read nor written). The backward recomputes each probability in fp32,
+// so it is checked against the CPU's dlogits from unrounded probabilities.
+TEMPLATE_TEST_CASE("crossentropy without probabilities (loss, then backward from the logits) matches the CPU twin",
+                   "[gpu][crossentropy]", float, bf16, fp16) {
+  using F = TestType;
+  cuda::Stream stream;
+  const std::vector<std::pair<int, int>> shapes = {{1, 257}, {7, 257}, {33, 1000 + 3}, {5, 50257}};  // (N, V)
+  for (auto [N, V] : shapes)
+    for (const bool padded : {false, true}) {
+      const int ld = padded ? padded_stride(V) : V;
+      const std::string label = std::string("crossentropy from logits ") + dtype_name<F>() + " N=" + std::to_string(N) +
+                                " V=" + std::to_string(V) + " ld=" + std::to_string(ld);
+      Rng rng(seed_for(label));
+      const std::size_t NL = static_cast<std::size_t>(N) * ld;
+      const CrossEntropyCase c = crossentropy_case<F>(N, V, rng);
+      const auto& [logits, targets, dloss, losses, dlogits] = std::tie(c.logits, c.targets, c.dloss, c.losses,
+                                                                       c.dlogits);
+
+      DeviceBuffer<int> d_targets = cuda::to_device(targets, MemCategory::kActivations, nullptr);
+      const std::vector<float> padded_logits = pad_rows(logits, N, V, ld);
+      DeviceBuffer<F> d_logits = upload<F>(padded_logits);
+      DeviceBuffer<F> d_dlogits(NL, MemCategory::kGrads, nullptr);
+      DeviceBuffer<float> d_losses(N, MemCategory::kActivations, nullptr);
+      poison(d_dlogits);
+      poison(d_losses);
+      cuda::crossentropy_loss(d_losses.data(), d_logits.data(), d_targets.data(), N, V, ld, stream.get());
+      cuda::crossentropy_backward_logits(d_dlogits.data(), d_logits.data(), d_losses.data(), d_targets.data(), dloss, N,
+                                         V, ld, stream.get());
+      stream.synchronize();
+      check_close(label + " losses", download(d_losses), losses, rel_tolerance<float>());
+      const std::vector<float> got_logits = download(d_logits);
+      check_bitwise(label + " logits left as they were", unpad_rows(got_logits, N, V, ld), logits);
+      const std::vector<float> got = download(d_dlogits);
+      check_close(label + " dlogits", unpad_rows(got, N, V, ld), dlogits, rel_tolerance<F>());
+      check_padding_unwritten(label + " dlogits", got, N, V, ld);
+
+      // Over the logits, as the model runs it: the same bits as into a buffer of their own.
+      cuda::crossentropy_backward_logits(d_logits.data(), d_logits.data(), d_losses.data(), d_targets.data(), dloss, N,
+                                         V, ld, stream.get());
+      stream.synchronize();
+      const std::vector<float> got_in_place = download(d_logits);
+      check_bitwise(label + " dlogits in place", unpad_rows(got_in_place, N, V, ld), unpad_rows(got, N, V, ld));
+      if (padded) check_padding_unwritten(label + " dlogits in place", got_in_place, N, V, ld);
+    }
 }
 
 }  // namespace
