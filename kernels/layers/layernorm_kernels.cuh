@@ -237,7 +237,7 @@ __device__ void add_block_and_cluster_sums(float* acc, float* partial_w, float* 
 // The fast kernel, for rows a warp can hold: C <= 32 * L * P, at most L packs a lane. Each lane
 // keeps, for its packs lane, lane + 32, ..., in registers:
 //  - the current row's packs of inp, dout and dinp, all loaded before any is used: the row's one
-//    trip to memory (GPT-2's bf16 row is 3 packs a lane, 4 tensors: 12 loads in flight);
+//    trip to memory (GPT-2's bf16 row is 3 packs a lane: 9 loads in flight);
 //  - its channels' running sums of dweight and dbias over the warp's rows (2 * L * P floats), so
 //    that no row touches shared memory; they go there once, at the end.
 // weight, shared by all rows, is read where it is used (cache hits). As it starts a row, the warp
