@@ -1,5 +1,5 @@
-// cuBLAS, cuBLASLt and the CUDA runtime calls of kernels/core/blas.cpp, on the CPU (see
-// blas_emulation.hpp for what is emulated and what is refused).
+// cuBLAS and cuBLASLt calls of kernels/core/blas.cpp, on the CPU (see blas_emulation.hpp for what
+// is emulated and what is refused; the runtime's calls are in runtime_emulation.cpp).
 #include "blas_emulation.hpp"
 
 #include <cublasLt.h>
@@ -187,26 +187,6 @@ struct cublasContext {};
 struct cublasLtContext {};
 
 extern "C" {
-
-// ---- the CUDA runtime: host memory ----
-cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t) {
-  *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);  // cudaMalloc's alignment
-  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
-}
-cudaError_t cudaFreeAsync(void* p, cudaStream_t) {
-  std::free(p);
-  return cudaSuccess;
-}
-cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
-  std::memset(p, value, bytes);
-  return cudaSuccess;
-}
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
-  std::memcpy(dst, src, bytes);
-  return cudaSuccess;
-}
-const char* cudaGetErrorName(cudaError_t) { return "cudaError (emulated)"; }
-const char* cudaGetErrorString(cudaError_t) { return "an error of the emulated CUDA runtime"; }
 
 // ---- cuBLAS ----
 cublasStatus_t cublasCreate_v2(cublasHandle_t* handle) { return create(handle); }

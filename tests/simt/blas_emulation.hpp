@@ -1,6 +1,6 @@
 // cuBLAS and cuBLASLt on the CPU: the subset of their C API that kernels/core/blas.cpp calls,
-// written from the documentation in the toolkit's headers (cublas_api.h, cublasLt.h), and the
-// CUDA runtime calls its device buffers make, on host memory. Linked instead of the real
+// written from the documentation in the toolkit's headers (cublas_api.h, cublasLt.h), on host
+// memory (the CUDA runtime's calls: runtime_emulation.cpp). Linked instead of the real
 // libraries, it runs blas.cpp's row-major wrappers (gemm, gemm_strided_batched, gemm_epilogue)
 // without a GPU, so that the translation to the column-major library (which matrix is first,
 // the transposes, the leading dimensions, the epilogue's bias and aux) is checked against the
