@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <mutex>
 
@@ -101,6 +102,34 @@ cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
   return cudaSuccess;
 }
 
+// Device memory is what cudaMallocAsync gave and has not been freed; anything else is host memory.
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* ptr) {
+  *attributes = cudaPointerAttributes{};
+  Pool& q = pool();
+  std::lock_guard<std::mutex> lock(q.mutex);
+  auto after = q.sizes.upper_bound(ptr);
+  const bool device = after != q.sizes.begin() && [&] {
+    const auto block = std::prev(after);
+    return static_cast<const char*>(ptr) < static_cast<const char*>(block->first) + block->second;
+  }();
+  attributes->type = device ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered;
+  attributes->device = device ? 0 : -1;
+  attributes->devicePointer = device ? const_cast<void*>(ptr) : nullptr;
+  attributes->hostPointer = device ? nullptr : const_cast<void*>(ptr);
+  return cudaSuccess;
+}
+// Pinned host memory is host memory here.
+cudaError_t cudaMallocHost(void** p, size_t bytes) {
+  *p = std::malloc(std::max<std::size_t>(1, bytes));
+  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFreeHost(void* p) {
+  std::free(p);
+  return cudaSuccess;
+}
+cudaError_t cudaHostRegister(void*, size_t, unsigned int) { return cudaSuccess; }
+cudaError_t cudaHostUnregister(void*) { return cudaSuccess; }
+
 cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) {
   std::memset(p, value, bytes);
   return cudaSuccess;
@@ -170,6 +199,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int) { return cudaSuccess; }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   *ms = std::chrono::duration<float, std::milli>(reinterpret_cast<EmulatedEvent*>(end)->at -
                                                  reinterpret_cast<EmulatedEvent*>(start)->at)

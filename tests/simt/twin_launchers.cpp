@@ -10,6 +10,7 @@
 // ld apart, the padding of a row never touched. The cross-entropy pair without probabilities is
 // written from its contract (the softmax from the logits and the loss), not from the twin's
 // probabilities, so that the loss the model hands it is the one used.
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -25,6 +26,7 @@
 #include "kernels/layers/layernorm.hpp"
 #include "kernels/layers/matmul.hpp"
 #include "kernels/layers/residual.hpp"
+#include "kernels/layers/tensor_parallel.hpp"
 #include "kernels/optim/adamw.hpp"
 #include "kernels/optim/grad_ops.hpp"
 #include "kernels/precision/cast.hpp"
@@ -237,10 +239,85 @@ void crossentropy_backward_logits(F* dlogits, const F* logits, const float* loss
   }
   narrow(dlogits, d, V, ld);
 }
+// dlogits = (probs - onehot) * dloss; a target of -1 (the tensor-parallel head's: another
+// rank's token) matches no column.
+template <typename F>
+void crossentropy_backward(F* dlogits, const F* probs, const int* targets, float dloss, int N, int V, int ld,
+                           cudaStream_t) {
+  std::vector<float> d = wide(probs, N, V, ld);
+  for (int i = 0; i < N; ++i)
+    for (int j = 0; j < V; ++j) d[sz(i, V) + j] = d[sz(i, V) + j] * dloss - (j == targets[i] ? dloss : 0.0f);
+  narrow(dlogits, d, V, ld);
+}
 void mean_loss(float* mean, const float* losses, int N, cudaStream_t) {
   double s = 0;
   for (int i = 0; i < N; ++i) s += losses[i];
   *mean = static_cast<float>(s / N);
+}
+
+// ---- stage 06: the tensor-parallel kernels (kernels/layers/tensor_parallel.hpp) ----
+
+template <typename F>
+void vocab_embedding_forward(F* out, const int* local_tokens, const F* wte_local, int N, int C, cudaStream_t) {
+  for (int n = 0; n < N; ++n)
+    for (int c = 0; c < C; ++c) out[sz(n, C) + c] = local_tokens[n] >= 0 ? wte_local[sz(local_tokens[n], C) + c] : F{};
+}
+template <typename F>
+void add_position_embedding(F* out, const F* wpe, int first_row, int rows, int T, int C, cudaStream_t) {
+  for (int i = 0; i < rows; ++i)
+    for (int c = 0; c < C; ++c) {
+      F& o = out[sz(i, C) + c];
+      o = from_f<F>(to_f(o) + to_f(wpe[sz((first_row + i) % T, C) + c]));
+    }
+}
+template <typename F>
+void vocab_embedding_backward(F* dwte_local, const F* dout, const int* local_tokens, int N, int C, cudaStream_t) {
+  for (int n = 0; n < N; ++n)
+    if (local_tokens[n] >= 0)
+      for (int c = 0; c < C; ++c) {
+        F& w = dwte_local[sz(local_tokens[n], C) + c];
+        w = from_f<F>(to_f(w) + to_f(dout[sz(n, C) + c]));
+      }
+}
+template <typename F>
+void position_embedding_backward(F* dwpe, const F* dout, int first_row, int rows, int T, int C, cudaStream_t) {
+  for (int i = 0; i < rows; ++i)
+    for (int c = 0; c < C; ++c) {
+      F& w = dwpe[sz((first_row + i) % T, C) + c];
+      w = from_f<F>(to_f(w) + to_f(dout[sz(i, C) + c]));
+    }
+}
+template <typename F>
+void vocab_ce_row_max(float* row_max, const F* logits, int N, int V_real, int ld, cudaStream_t) {
+  for (int i = 0; i < N; ++i) {
+    float m = -INFINITY;
+    for (int j = 0; j < V_real; ++j) m = std::max(m, to_f(logits[sz(i, ld) + j]));
+    row_max[i] = m;
+  }
+}
+template <typename F>
+void vocab_ce_row_sums(float* sum_exp, float* target_logit, const F* logits, const float* row_max,
+                       const int* local_targets, int N, int V_real, int ld, cudaStream_t) {
+  for (int i = 0; i < N; ++i) {
+    double s = 0;
+    for (int j = 0; j < V_real; ++j) s += std::exp(to_f(logits[sz(i, ld) + j]) - row_max[i]);
+    sum_exp[i] = static_cast<float>(s);
+    target_logit[i] = local_targets[i] >= 0 ? to_f(logits[sz(i, ld) + local_targets[i]]) : 0.0f;
+  }
+}
+template <typename F>
+void vocab_ce_finish(F* probs, float* losses, const F* logits, const float* row_max, const float* sum_exp,
+                     const float* target_logit, int N, int V_real, int ld, cudaStream_t) {
+  for (int i = 0; i < N; ++i) {
+    for (int j = 0; j < V_real; ++j)
+      probs[sz(i, ld) + j] = from_f<F>(std::exp(to_f(logits[sz(i, ld) + j]) - row_max[i]) / sum_exp[i]);
+    losses[i] = std::log(sum_exp[i]) - (target_logit[i] - row_max[i]);
+  }
+}
+template <typename F>
+void add_bias(F* y, const F* bias, int N, int C, cudaStream_t) {
+  for (int n = 0; n < N; ++n)
+    for (int c = 0; c < C; ++c) y[sz(n, C) + c] = from_f<F>(to_f(y[sz(n, C) + c]) + to_f(bias[c]));
 }
 
 // ---- optimizer and precision ----
@@ -281,30 +358,40 @@ void cast(To* out, const From* in, std::size_t N, cudaStream_t) {
   for (std::size_t i = 0; i < N; ++i) out[i] = from_f<To>(to_f(in[i]));
 }
 
-#define SCALELAB_INSTANTIATE(F)                                                                                     \
-  template void encoder_forward<F>(F*, const int*, const F*, const F*, int, int, int, cudaStream_t);                \
-  template void encoder_backward<F>(F*, F*, const F*, const int*, int, int, int, cudaStream_t);                     \
-  template void layernorm_forward<F>(F*, float*, float*, const F*, const F*, const F*, int, int, cudaStream_t);     \
-  template void residual_layernorm_forward<F>(F*, F*, float*, float*, const F*, const F*, const F*, const F*, int,  \
-                                              int, cudaStream_t);                                                   \
-  template void layernorm_backward<F>(F*, F*, F*, float*, const F*, const F*, const F*, const float*, const float*, \
-                                      int, int, cudaStream_t, LayerNormBackwardKernel);                             \
-  template void matmul_forward<F>(F*, const F*, const F*, const F*, int, int, int, int, const Blas&);               \
-  template void matmul_backward<F>(F*, F*, F*, const F*, const F*, const F*, int, int, int, int, const Blas&);      \
-  template void matmul_backward_bias<F>(F*, const F*, int, int, const Blas&);                                       \
-  template void matmul_gelu_forward<F>(F*, F*, const F*, const F*, const F*, int, int, int, const Blas&);           \
-  template void matmul_gelu_backward<F>(F*, F*, F*, const F*, const F*, const F*, const F*, int, int, int,          \
-                                        const Blas&);                                                               \
-  template void attention_forward<F>(F*, F*, const F*, int, int, int, int, const Blas&);                            \
-  template void attention_backward<F>(F*, F*, const F*, const F*, const F*, int, int, int, int, const Blas&);       \
-  template void attention_flash_forward<F>(F*, float*, const F*, int, int, int, int, cudaStream_t);                 \
-  template void attention_flash_backward<F>(F*, const F*, const F*, const F*, const float*, int, int, int, int,     \
-                                            cudaStream_t);                                                          \
-  template void residual_forward<F>(F*, const F*, const F*, std::size_t, cudaStream_t);                             \
-  template void crossentropy_loss<F>(float*, const F*, const int*, int, int, int, cudaStream_t);                    \
-  template void crossentropy_backward_logits<F>(F*, const F*, const float*, const int*, float, int, int, int,       \
-                                                cudaStream_t);                                                      \
-  template void scale_inplace<F>(F*, float, std::size_t, cudaStream_t);                                             \
+#define SCALELAB_INSTANTIATE(F)                                                                                        \
+  template void encoder_forward<F>(F*, const int*, const F*, const F*, int, int, int, cudaStream_t);                   \
+  template void encoder_backward<F>(F*, F*, const F*, const int*, int, int, int, cudaStream_t);                        \
+  template void layernorm_forward<F>(F*, float*, float*, const F*, const F*, const F*, int, int, cudaStream_t);        \
+  template void residual_layernorm_forward<F>(F*, F*, float*, float*, const F*, const F*, const F*, const F*, int,     \
+                                              int, cudaStream_t);                                                      \
+  template void layernorm_backward<F>(F*, F*, F*, float*, const F*, const F*, const F*, const float*, const float*,    \
+                                      int, int, cudaStream_t, LayerNormBackwardKernel);                                \
+  template void matmul_forward<F>(F*, const F*, const F*, const F*, int, int, int, int, const Blas&);                  \
+  template void matmul_backward<F>(F*, F*, F*, const F*, const F*, const F*, int, int, int, int, const Blas&);         \
+  template void matmul_backward_bias<F>(F*, const F*, int, int, const Blas&);                                          \
+  template void matmul_gelu_forward<F>(F*, F*, const F*, const F*, const F*, int, int, int, const Blas&);              \
+  template void matmul_gelu_backward<F>(F*, F*, F*, const F*, const F*, const F*, const F*, int, int, int,             \
+                                        const Blas&);                                                                  \
+  template void attention_forward<F>(F*, F*, const F*, int, int, int, int, const Blas&);                               \
+  template void attention_backward<F>(F*, F*, const F*, const F*, const F*, int, int, int, int, const Blas&);          \
+  template void attention_flash_forward<F>(F*, float*, const F*, int, int, int, int, cudaStream_t);                    \
+  template void attention_flash_backward<F>(F*, const F*, const F*, const F*, const float*, int, int, int, int,        \
+                                            cudaStream_t);                                                             \
+  template void residual_forward<F>(F*, const F*, const F*, std::size_t, cudaStream_t);                                \
+  template void crossentropy_loss<F>(float*, const F*, const int*, int, int, int, cudaStream_t);                       \
+  template void crossentropy_backward_logits<F>(F*, const F*, const float*, const int*, float, int, int, int,          \
+                                                cudaStream_t);                                                         \
+  template void crossentropy_backward<F>(F*, const F*, const int*, float, int, int, int, cudaStream_t);                \
+  template void vocab_embedding_forward<F>(F*, const int*, const F*, int, int, cudaStream_t);                          \
+  template void add_position_embedding<F>(F*, const F*, int, int, int, int, cudaStream_t);                             \
+  template void vocab_embedding_backward<F>(F*, const F*, const int*, int, int, cudaStream_t);                         \
+  template void position_embedding_backward<F>(F*, const F*, int, int, int, int, cudaStream_t);                        \
+  template void vocab_ce_row_max<F>(float*, const F*, int, int, int, cudaStream_t);                                    \
+  template void vocab_ce_row_sums<F>(float*, float*, const F*, const float*, const int*, int, int, int, cudaStream_t); \
+  template void vocab_ce_finish<F>(F*, float*, const F*, const float*, const float*, const float*, int, int, int,      \
+                                   cudaStream_t);                                                                      \
+  template void add_bias<F>(F*, const F*, int, int, cudaStream_t);                                                     \
+  template void scale_inplace<F>(F*, float, std::size_t, cudaStream_t);                                                \
   template void sum_squares<F>(double*, double*, const F*, std::size_t, cudaStream_t);
 SCALELAB_INSTANTIATE(float)
 SCALELAB_INSTANTIATE(bf16)

@@ -3,7 +3,8 @@
 // staged through host memory (NCCL needs one GPU per rank).
 //   [gpu_tp_equal]   against stage 01 on the CPU: the loss, every gradient gathered back into the
 //                    whole tensors, the ledger (its count by the formula, each entry against the
-//                    CPU shard's), a second step after the host's AdamW
+//                    CPU shard's), a second step after the host's AdamW against the CPU shard's
+//                    (loss; fp32 gradients)
 //   [gpu_tp_pp]      tp 2 x pp 2 on 4 ranks (test_gpu_ddp_mpi_np4) through the trainer against
 //                    stage 01 on the CPU
 //   [gpu_tp_memory]  the device's bytes: the shard's parameters and gradients, and its saved
@@ -105,6 +106,23 @@ TEST_CASE("the GPU tensor-parallel shard's gradients equal stage 01 on the CPU",
       const double second = h.forward_backward(batch.tokens, batch.targets);
       CHECK(std::isfinite(second));
       CHECK(second < loss);
+      // And against the CPU shard's second step. The first step's forward cannot tell the
+      // parameters that start equal apart (every bias 0, every LayerNorm weight 1): after one
+      // AdamW step they differ, so a layer given another's bias or weight shows here.
+      cpu.update();
+      const double cpu_second = cpu.forward_backward(batch.tokens, batch.targets);
+      INFO("second step's loss: GPU " << second << ", CPU shard " << cpu_second);
+      CHECK(second == Approx(cpu_second).epsilon(precision == "fp32" ? kLossTol : kHalfLossTol));
+      if (precision == "fp32") {  // the backward's use of those parameters: the second step's gradients
+        const std::vector<float> got = h.gather_whole(h.model->fp32_grads());
+        const std::vector<float> ref = cpu.gather_whole(cpu.model->fp32_grads());
+        const ParamLayout whole(config_from(kTpShape));
+        for (const ParamTensor& tensor : whole.tensors()) {
+          const double err = relative_norm_error(got.data() + tensor.offset, ref.data() + tensor.offset, tensor.numel);
+          INFO("second step's gradient of " << tensor.name << ": relative error " << err << " vs the CPU shard's");
+          CHECK(err <= kGradTol);
+        }
+      }
     }
 }
 
