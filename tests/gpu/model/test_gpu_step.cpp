@@ -117,7 +117,15 @@ void compare_with_cpu(TrainModel& cpu, const std::function<std::vector<float>()>
   const AdamWConfig adamw{.lr = kLr, .weight_decay = 0.1};
   AdamW cpu_opt(n, adamw, nullptr), gpu_opt(n, adamw, nullptr);
   cpu.init_weights(7);
-  const std::vector<float> start(cpu.master_params(), cpu.master_params() + n);
+  // GPT-2's initialisation starts every bias at 0 and every LayerNorm weight at 1, so a layer
+  // handed another layer's bias or weight would compute the same first step (and, a few AdamW
+  // steps on, nearly the same). Each parameter first moves by up to 0.01 at random, so that no
+  // two tensors start equal.
+  std::vector<float> start(cpu.master_params(), cpu.master_params() + n);
+  Rng jitter(8);
+  for (float& w : start) w += static_cast<float>(0.02 * (jitter.uniform() - 0.5));
+  cpu.set_master_params(start.data());
+  std::copy(cpu.master_params(), cpu.master_params() + n, start.begin());  // as the model keeps them
   gpu.set_master_params(start.data());
   std::vector<char> noise(n, 0);
   for (int step = 0; step < kSteps; ++step) {
