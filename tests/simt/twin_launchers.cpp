@@ -170,19 +170,15 @@ void matmul_gelu_forward(F* out, F* pre, const F* inp, const F* weight, const F*
   scalelab::gelu_forward(o.data(), wide(pre, sz(N, OC)).data(), o.size());
   narrow(out, o);
 }
-// dpre = (dout @ weight) * gelu'(pre); dweight, dbias += as matmul_backward.
+// dpre = (dout @ weight) * gelu'(pre), as the unfused path runs it (matmul_backward into dpre, then
+// the GELU's backward over it); dweight, dbias += as matmul_backward.
 template <typename F>
 void matmul_gelu_backward(F* dpre, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight, const F* pre,
-                          int N, int C, int OC, const Blas&) {
-  std::vector<float> dx(sz(N, C)), dw = wide(dweight, sz(OC, C));
-  std::vector<float> db = dbias ? wide(dbias, OC) : std::vector<float>{};
-  scalelab::matmul_backward(dx.data(), dw.data(), dbias ? db.data() : nullptr, wide(dout, sz(N, OC)).data(),
-                            wide(inp, sz(N, C)).data(), wide(weight, sz(OC, C)).data(), N, C, OC);
+                          int N, int C, int OC, const Blas& blas) {
+  matmul_backward(dpre, dweight, dbias, dout, inp, weight, N, C, OC, OC, blas);
   std::vector<float> d(sz(N, C));
-  scalelab::gelu_backward(d.data(), dx.data(), wide(pre, sz(N, C)).data(), d.size());
+  scalelab::gelu_backward(d.data(), wide(dpre, sz(N, C)).data(), wide(pre, sz(N, C)).data(), d.size());
   narrow(dpre, d);
-  narrow(dweight, dw);
-  if (dbias) narrow(dbias, db);
 }
 
 template <typename F>
