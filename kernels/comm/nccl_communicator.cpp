@@ -120,8 +120,8 @@ void NcclCommunicator::check_device(const void* ptr, std::size_t bytes, const ch
 }
 
 void NcclCommunicator::check_overlap(const void* send, std::size_t send_bytes, const void* recv, std::size_t recv_bytes,
-                                     const void* in_place_send, const char* what) const {
-  if (send_bytes == 0 || recv_bytes == 0 || send == in_place_send) return;
+                                     bool in_place, const char* what) const {
+  if (send_bytes == 0 || recv_bytes == 0 || in_place) return;
   const char* s = static_cast<const char*>(send);
   const char* r = static_cast<const char*>(recv);
   const bool disjoint = s + send_bytes <= r || r + recv_bytes <= s;
@@ -189,7 +189,7 @@ void NcclCommunicator::launch_all_reduce(const void* send, void* recv, std::size
   const std::size_t bytes = count * dtype_size(type);
   check_device(send, bytes, "all_reduce");
   check_device(recv, bytes, "all_reduce");
-  check_overlap(send, bytes, recv, bytes, recv, "all_reduce");
+  check_overlap(send, bytes, recv, bytes, send == recv, "all_reduce");
   ctx_->flush();  // queued sends and receives go first, in the order they were posted
   verify(CommOp::kAllReduce, count, type, -1, "all_reduce");
   ctx_->begin();
@@ -217,7 +217,7 @@ void NcclCommunicator::do_reduce_scatter(const void* send, void* recv, std::size
   const int me = rank();
   check_device(send, count * e, "reduce_scatter");
   check_device(recv, p.size(me) * e, "reduce_scatter");
-  check_overlap(send, count * e, recv, p.size(me) * e, at(send, p.offset(me), e), "reduce_scatter");
+  check_overlap(send, count * e, recv, p.size(me) * e, recv == at(send, p.offset(me), e), "reduce_scatter");
   ctx_->flush();
   verify(CommOp::kReduceScatter, count, type, -1, "reduce_scatter");
   if (count == 0) return;
@@ -301,7 +301,7 @@ void NcclCommunicator::do_all_gather(const void* send, void* recv, std::size_t c
   const int me = rank();
   check_device(send, p.size(me) * e, "all_gather");
   check_device(recv, count * e, "all_gather");
-  check_overlap(send, p.size(me) * e, recv, count * e, at(recv, p.offset(me), e), "all_gather");
+  check_overlap(send, p.size(me) * e, recv, count * e, send == at(recv, p.offset(me), e), "all_gather");
   ctx_->flush();
   verify(CommOp::kAllGather, count, type, -1, "all_gather");
   if (count == 0) return;

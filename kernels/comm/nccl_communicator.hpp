@@ -80,9 +80,10 @@ class NcclCommunicator final : public Communicator {
  private:
   // Throws an Error naming `what` unless [ptr, ptr + bytes) is memory of this rank's GPU.
   void check_device(const void* ptr, std::size_t bytes, const char* what) const;
-  // Throws unless send and recv are identical or disjoint (or the in-place form at `in_place`).
-  void check_overlap(const void* send, std::size_t send_bytes, const void* recv, std::size_t recv_bytes,
-                     const void* in_place_send, const char* what) const;
+  // Throws unless send and recv are disjoint or `in_place` (the call's in-place form, which the
+  // caller judges: where the result lands differs from call to call).
+  void check_overlap(const void* send, std::size_t send_bytes, const void* recv, std::size_t recv_bytes, bool in_place,
+                     const char* what) const;
   // NcclOptions::verify_arguments: all ranks compare (op, count, type, root) before the call.
   void verify(CommOp op, std::size_t count, DataType type, int root, const char* what);
   void launch_all_reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);

@@ -3,9 +3,12 @@
 // memory is host memory, so a copy in any direction is a memcpy; streams and events are tokens,
 // and every call has finished when it returns (what a synchronisation waits for is already done).
 // The default memory pool's used and high-water bytes are kept as the driver keeps them, so that
-// the memory reports of the models (kernels/core/device_memory.hpp) read real numbers. One device:
-// "CPU (emulated)". Not emulated: kernel launches (the emulated tests call kernels or their CPU
-// twins directly), peer access, graphs.
+// the memory reports of the models (kernels/core/device_memory.hpp) read real numbers. One device,
+// "CPU (emulated device)", or as many as SCALELAB_EMULATED_DEVICES says, each with its own UUID
+// (so that ranks of an MPI job can each take one, as the NCCL backend needs; nccl_emulation.cpp);
+// they share the one memory pool, which is exact as long as a process uses one of them. Not
+// emulated: kernel launches (the emulated tests call kernels or their CPU twins directly), peer
+// access, graphs.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -19,10 +22,15 @@
 
 namespace {
 
-// The pool's state: each live allocation's size, the bytes in use and their high-water mark.
+// A live allocation: its bytes, and the device current when it was made.
+struct Allocation {
+  std::size_t bytes;
+  int device;
+};
+// The pool's state: each live allocation, the bytes in use and their high-water mark.
 struct Pool {
   std::mutex mutex;
-  std::map<const void*, std::size_t> sizes;
+  std::map<const void*, Allocation> sizes;
   std::uint64_t used = 0, high = 0;
 };
 Pool& pool() {
@@ -33,6 +41,22 @@ Pool& pool() {
 cudaMemPool_t pool_token() { return reinterpret_cast<cudaMemPool_t>(&pool()); }
 
 constexpr std::size_t kTotalBytes = std::size_t{16} << 30;  // what the emulated device reports
+
+// How many devices there are: SCALELAB_EMULATED_DEVICES (1 to 64), read once; 1 without it.
+int device_count() {
+  static const int count = [] {
+    const char* v = std::getenv("SCALELAB_EMULATED_DEVICES");
+    const int n = v ? std::atoi(v) : 1;
+    return n >= 1 && n <= 64 ? n : 1;
+  }();
+  return count;
+}
+bool valid_device(int device) { return device >= 0 && device < device_count(); }
+// The calling thread's current device, as the runtime keeps it.
+int& current_device() {
+  thread_local int device = 0;
+  return device;
+}
 
 // Events carry the host time at which they were recorded.
 struct EmulatedEvent {
@@ -48,7 +72,7 @@ cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t) {
   if (*p == nullptr) return cudaErrorMemoryAllocation;
   Pool& q = pool();
   std::lock_guard<std::mutex> lock(q.mutex);
-  q.sizes[*p] = bytes;
+  q.sizes[*p] = Allocation{bytes, current_device()};
   q.used += bytes;
   q.high = std::max(q.high, q.used);
   return cudaSuccess;
@@ -60,14 +84,14 @@ cudaError_t cudaFreeAsync(void* p, cudaStream_t) {
     std::lock_guard<std::mutex> lock(q.mutex);
     const auto found = q.sizes.find(p);
     if (found == q.sizes.end()) return cudaErrorInvalidValue;  // not ours: the driver refuses it too
-    q.used -= found->second;
+    q.used -= found->second.bytes;
     q.sizes.erase(found);
   }
   std::free(p);
   return cudaSuccess;
 }
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* memPool, int device) {
-  if (device != 0) return cudaErrorInvalidDevice;
+  if (!valid_device(device)) return cudaErrorInvalidDevice;
   *memPool = pool_token();
   return cudaSuccess;
 }
@@ -108,12 +132,11 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const vo
   Pool& q = pool();
   std::lock_guard<std::mutex> lock(q.mutex);
   auto after = q.sizes.upper_bound(ptr);
-  const bool device = after != q.sizes.begin() && [&] {
-    const auto block = std::prev(after);
-    return static_cast<const char*>(ptr) < static_cast<const char*>(block->first) + block->second;
-  }();
+  const auto block = after != q.sizes.begin() ? std::prev(after) : q.sizes.end();
+  const bool device = block != q.sizes.end() &&
+                      static_cast<const char*>(ptr) < static_cast<const char*>(block->first) + block->second.bytes;
   attributes->type = device ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered;
-  attributes->device = device ? 0 : -1;
+  attributes->device = device ? block->second.device : -1;
   attributes->devicePointer = device ? const_cast<void*>(ptr) : nullptr;
   attributes->hostPointer = device ? nullptr : const_cast<void*>(ptr);
   return cudaSuccess;
@@ -155,18 +178,23 @@ cudaError_t cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitc
 }
 
 cudaError_t cudaGetDeviceCount(int* count) {
-  *count = 1;
+  *count = device_count();
   return cudaSuccess;
 }
 cudaError_t cudaGetDevice(int* device) {
-  *device = 0;
+  *device = current_device();
   return cudaSuccess;
 }
-cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+cudaError_t cudaSetDevice(int device) {
+  if (!valid_device(device)) return cudaErrorInvalidDevice;
+  current_device() = device;
+  return cudaSuccess;
+}
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
-  if (device != 0) return cudaErrorInvalidDevice;
+  if (!valid_device(device)) return cudaErrorInvalidDevice;
   *prop = cudaDeviceProp{};
   std::strncpy(prop->name, "CPU (emulated device)", sizeof prop->name - 1);
+  prop->uuid.bytes[0] = static_cast<char>(device + 1);  // distinct per device, as the driver's
   prop->totalGlobalMem = kTotalBytes;
   prop->major = 9;  // what the kernels are compiled for (sm_90)
   prop->minor = 0;
@@ -185,6 +213,7 @@ cudaError_t cudaStreamCreate(cudaStream_t* stream) {
 }
 cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
 
 cudaError_t cudaEventCreate(cudaEvent_t* event) {
   *event = reinterpret_cast<cudaEvent_t>(new EmulatedEvent{std::chrono::steady_clock::now()});
@@ -199,6 +228,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int) { return cudaSuccess; }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   *ms = std::chrono::duration<float, std::milli>(reinterpret_cast<EmulatedEvent*>(end)->at -

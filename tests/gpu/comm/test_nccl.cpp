@@ -149,7 +149,7 @@ TEST_CASE("nccl isend/irecv around a ring arrive in posting order", "[nccl]") {
   require_equal(d_in2.to_host(), message(prev, 1), "second message from rank " + std::to_string(prev));
 }
 
-TEST_CASE("nccl iall_reduce follows the producer stream and overlaps with other kernels", "[nccl]") {
+TEST_CASE("nccl iall_reduce follows the producer stream and overlaps with other kernels", "[nccl][overlap]") {
   cuda::Stream producer, other;
   cuda::NcclOptions options = nccl_test_options();
   options.order_after = producer.get();
@@ -293,13 +293,16 @@ TEST_CASE("a pipeline's messages over NCCL, posted as the executor posts them, a
     outgoing.reserve(list.size());
     int received = 0;
     for (const Action& a : list) {
+      const bool send = a.kind == ActionKind::kSendActivation || a.kind == ActionKind::kSendGrad;
+      const bool recv = a.kind == ActionKind::kRecvActivation || a.kind == ActionKind::kRecvGrad;
+      if (!send && !recv) continue;  // compute: no message, and no peer
       const int s = model_stage(shape, r, a.chunk), peer = action_peer(shape, r, a);
-      if (a.kind == ActionKind::kSendActivation || a.kind == ActionKind::kSendGrad) {
+      if (send) {
         const bool activation = a.kind == ActionKind::kSendActivation;
         outgoing.push_back(
             device_copy(std::vector<float>(count, code(a.micro_batch, activation ? s + 1 : s - 1, activation))));
         sends.push_back(c.isend(outgoing.back().data(), count, DataType::kFloat32, peer));
-      } else if (a.kind == ActionKind::kRecvActivation || a.kind == ActionKind::kRecvGrad) {
+      } else {
         const bool activation = a.kind == ActionKind::kRecvActivation;
         DeviceBuffer<float> in(count, MemCategory::kComm, nullptr);
         c.recv(in.data(), count, DataType::kFloat32, peer);
