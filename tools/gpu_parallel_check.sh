@@ -7,22 +7,29 @@
 # ledgers) stays in OUT for the results page.
 #
 #   bash tools/gpu_parallel_check.sh [--bin DIR] [--out DIR] [--only NAME,...] [--device D]
+#                                    [--backend B] [--emulated]
 #
 #   --device D   the device checked against the CPU (default cuda); `--device cpu` checks the
 #                script itself on any machine (the test suite's tools.gpu_parallel_check)
+#   --backend B  the checked runs' --backend for every layout (e.g. nccl: GPU to GPU)
+#   --emulated   DIR's scalelab is the emulated one (build/<preset>/emulated/bin: CPU twins for the
+#                kernels, the CUDA runtime and NCCL emulated, tests/simt/), with 8 devices: the
+#                test suite's tools.gpu_parallel_check_emulated, with --backend nccl
 #
 # Needs mpirun (OpenMPI) for the layouts of several ranks, and a layout over NCCL one GPU per
 # rank; without them those layouts are reported skipped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-bin=build/gpu/bin out=out/gpu/parallel only="" checked=cuda
+bin=build/gpu/bin out=out/gpu/parallel only="" checked=cuda backend="" emulated=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --bin) bin=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
     --device) checked=$2; shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    --backend) backend=$2; shift 2 ;;
+    --emulated) emulated=1; shift ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "gpu_parallel_check: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -47,7 +54,16 @@ layouts=(
   "pp2-nccl-interleaved|2|--pp 2 --micro-batches 4 --schedule interleaved:2 --layers 4|--backend nccl|2"
 )
 gpus=0
-[[ $checked == cpu ]] || gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+if [[ $emulated == 1 ]]; then
+  export SCALELAB_EMULATED_DEVICES=8 gpus=8
+elif [[ $checked != cpu ]]; then
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+fi
+# NCCL takes one GPU per rank: with --backend nccl every layout needs as many as it has ranks.
+[[ $backend != nccl ]] || for i in "${!layouts[@]}"; do
+  IFS='|' read -r name ranks flags device_flags needs <<< "${layouts[$i]}"
+  layouts[$i]="$name|$ranks|$flags|$device_flags|$ranks"
+done
 common=(train --config mini --steps 4 --batch 8 --seq-len 64 --seed 5)
 failed=() skipped=()
 for entry in "${layouts[@]}"; do
@@ -60,6 +76,7 @@ for entry in "${layouts[@]}"; do
     skipped+=("$name (needs $needs GPUs)"); continue
   fi
   [[ $checked != cpu ]] || device_flags=""  # the script checked against itself: the CPU's flags only
+  [[ -z $backend || $checked == cpu || $device_flags == *--backend* ]] || device_flags="$device_flags --backend $backend"
   for precision in fp32 bf16; do
     tag=$name-$precision
     for side in want got; do
