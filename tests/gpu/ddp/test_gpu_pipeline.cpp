@@ -6,6 +6,8 @@
 //                         staged through host memory) against stage 01 on the CPU, m micro-batches
 //   [gpu_pipeline_memory] the device's bytes: the stage's parameters and gradients, and the
 //                         micro-batches in flight of its schedule
+//   [gpu_pipeline_refusals] host pointers at the boundary, messages of the wrong size and the
+//                         split backward, each refused by name; a chunk of each precision
 //
 // Tolerances, and why they are not bitwise:
 //   slices vs the whole GPU model: every block runs the same kernels on the same inputs, so the
@@ -217,4 +219,54 @@ TEST_CASE("the GPU pipeline's device memory: the stage's tensors and its micro-b
                                 sizeof(float);
   const std::size_t in_flight = static_cast<std::size_t>(std::min(p - r, m));
   CHECK(device->peak(MemCategory::kActivations) == in_flight * per_micro);
+}
+
+TEST_CASE("a GPU pipeline chunk refuses host boundaries, wrong message sizes and the split backward, by name",
+          "[gpu_pipeline_refusals]") {
+  // Two chunks of the 4-block model, each on its own host copy: the first stage (embeddings,
+  // blocks 0-1) and the last (blocks 2-3, the head). The pipeline strategy never makes these
+  // calls; a caller that does gets one error naming what it did, not a wrong answer.
+  using Catch::Matchers::Contains;
+  const GPTConfig config = config_from(kPipeShape);
+  MemoryTracker device;
+  const auto make = [&](const ModelSlice& slice, std::vector<float>& params, std::vector<float>& grads) {
+    const ParamLayout layout(config, slice);
+    params.assign(layout.num_params(), 0.0f);
+    grads.assign(layout.num_params(), 0.0f);
+    return cuda::make_gpu_pipeline_chunk(config, "fp32", DeviceChunkStorage{slice, params.data(), grads.data(), {}},
+                                         &device);
+  };
+  std::vector<float> p0, g0, p1, g1;
+  const auto first = make(ModelSlice::layers(config, 0, 2), p0, g0);
+  const auto last = make(ModelSlice::layers(config, 2, 2), p1, g1);
+  first->init_weights(kPipeSeed);
+  last->init_weights(kPipeSeed);
+  const Batch batch = random_batch(kPipeShape.V, 2, kT, 77);
+  const std::vector<float> host(static_cast<std::size_t>(2) * kT * kPipeShape.C, 0.5f);
+  // Boundaries through host pointers.
+  CHECK_THROWS_WITH(last->forward_slice(nullptr, host.data(), batch.targets.data(), 2, kT),
+                    Contains("takes its input activations as a device message"));
+  CHECK_THROWS_WITH(first->backward_slice(host.data(), 1.0f), Contains("takes d loss / d output as a device message"));
+  // A message of the wrong size, after a forward that fixed the boundary at B T C.
+  first->load_params();
+  first->forward_slice(batch.tokens.data(), nullptr, nullptr, 2, kT);
+  const std::size_t n = first->boundary_elements(2, kT);
+  CHECK_THROWS_WITH(first->output_message(n + 1, MessagePlace{}),
+                    Contains("output_message: ") && Contains(" elements asked"));
+  CHECK_THROWS_WITH(first->input_grad_message(n, MessagePlace{}),
+                    Contains("input_grad_message: "));                                       // the first has no input
+  CHECK_THROWS_WITH(last->output_message(n, MessagePlace{}), Contains("output_message: "));  // the last has no output
+  // ZB-H1's split backward.
+  CHECK_THROWS_WITH(last->backward_input(host.data(), 1.0f), Contains("--schedule zb-h1") && Contains("1f1b"));
+  CHECK_THROWS_WITH(last->backward_weight(), Contains("--schedule zb-h1"));
+  // Each precision makes its own chunk, its boundary in that precision; an unknown one is refused.
+  CHECK(first->boundary_type() == DataType::kFloat32);
+  const ModelSlice slice = ModelSlice::layers(config, 0, 2);
+  std::vector<std::uint16_t> half_params(p0.size()), half_grads(p0.size());
+  DeviceChunkStorage mixed{slice, nullptr, nullptr, {}};
+  mixed.mixed.param_data = half_params.data();
+  mixed.mixed.grad_data = half_grads.data();
+  CHECK(cuda::make_gpu_pipeline_chunk(config, "bf16", mixed, &device)->boundary_type() == DataType::kBFloat16);
+  CHECK(cuda::make_gpu_pipeline_chunk(config, "fp16", mixed, &device)->boundary_type() == DataType::kFloat16);
+  CHECK_THROWS_WITH(cuda::make_gpu_pipeline_chunk(config, "fp8", DeviceChunkStorage{}, &device), Contains("fp8"));
 }

@@ -9,6 +9,8 @@
 //                    stage 01 on the CPU
 //   [gpu_tp_memory]  the device's bytes: the shard's parameters and gradients, and its saved
 //                    activations by this file's own count of the tensors a rank keeps
+//   [gpu_tp_settings] flash attention and checkpointing: the loss and the change in saved
+//                    activations against the CPU shard's under the same setting
 //
 // Each with and without sequence parallelism.
 // Tolerances (not bitwise: cuBLAS's and the reductions' summation orders, the embedding's
@@ -151,6 +153,55 @@ TEST_CASE("the GPU tensor-parallel shard's device memory: its tensors and its sa
   const std::size_t per_block = 4 * N * C + 3 * N * Cl + N * Cl + 8 * N * Cl + NHl * N * kT + 4 * N;
   const std::size_t want = kTpShape.L * per_block + N * C + N * C + 2 * N + N * ld + N;
   CHECK(device->peak(MemCategory::kActivations) == want * sizeof(float));
+}
+
+TEST_CASE("the GPU tensor-parallel shard honours flash attention and checkpointing as the CPU shard does",
+          "[gpu_tp_settings]") {
+  // Each setting against the plain shard (naive attention, nothing recomputed): the loss equals
+  // the CPU shard's under the same setting, and the saved activations change by exactly what the
+  // CPU shard's change by (flash keeps a log-sum-exp per query instead of att; checkpointing keeps
+  // segment boundaries and recomputes the rest). A setting the GPU shard ignored would leave its
+  // activations as the plain shard's.
+  Communicator& world = test_world();
+  const int t = world.size();
+  if (kTpShape.NH % t != 0) return;
+  const Batch batch = random_batch(kTpShape.V, kRows, kT, 53);
+  struct Setting {
+    const char* name;
+    AttentionKind attention;
+    CheckpointPolicy policy;
+  };
+  const Setting plain{"plain", AttentionKind::kNaive, CheckpointPolicy{}};
+  const Setting settings[] = {{"flash attention", AttentionKind::kFlash, CheckpointPolicy{}},
+                              {"checkpoint every block", AttentionKind::kNaive, CheckpointPolicy::parse("every")},
+                              {"flash and checkpoint every block", AttentionKind::kFlash,
+                               CheckpointPolicy::parse("every")}};
+  for (bool sp : {false, true}) {
+    // The activations' peak and the loss of one step of `s`, on the GPU shard or the CPU shard.
+    const auto run = [&](const Setting& s, bool gpu) {
+      TpHarness h(world, config_from(kTpShape), t, sp, 1, kRows, kT, kTpSeed, s.policy, "fp32", 1.0, 0,
+                  gpu ? gpu_chunks() : DeviceTpChunkFactory{});
+      h.any_shard().set_attention(s.attention);
+      const double loss = h.forward_backward(batch.tokens, batch.targets);
+      const MemoryTracker* tracker = gpu ? h.any_shard().device_memory() : &h.tracker;
+      REQUIRE(tracker != nullptr);
+      return std::pair<double, std::ptrdiff_t>{loss,
+                                               static_cast<std::ptrdiff_t>(tracker->peak(MemCategory::kActivations))};
+    };
+    const auto [gpu_plain_loss, gpu_plain] = run(plain, true);
+    const auto [cpu_plain_loss, cpu_plain] = run(plain, false);
+    for (const Setting& s : settings) {
+      const auto [gpu_loss, gpu_bytes] = run(s, true);
+      const auto [cpu_loss, cpu_bytes] = run(s, false);
+      INFO(where(world) << ", t " << t << (sp ? ", sequence parallel" : "") << ", " << s.name << ": activations GPU "
+                        << gpu_plain << " -> " << gpu_bytes << " bytes, CPU " << cpu_plain << " -> " << cpu_bytes
+                        << "; loss GPU " << gpu_loss << ", CPU " << cpu_loss);
+      CHECK(gpu_loss == Approx(cpu_loss).epsilon(kLossTol));
+      CHECK(cpu_bytes != cpu_plain);  // the setting does change what the CPU shard keeps
+      CHECK(gpu_bytes - gpu_plain == cpu_bytes - cpu_plain);
+    }
+    CHECK(gpu_plain_loss == Approx(cpu_plain_loss).epsilon(kLossTol));
+  }
 }
 
 TEST_CASE("tp x pp on the GPU: tensor-parallel pipeline stages train as stage 01 on the CPU", "[gpu_tp_pp]") {
