@@ -19,7 +19,7 @@
 # Needs mpirun (OpenMPI) for the layouts of several ranks, and a layout over NCCL one GPU per
 # rank; without them those layouts are reported skipped.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 bin=build/gpu/bin out=out/gpu/parallel only="" checked=cuda backend="" emulated=0
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -62,7 +62,7 @@ fi
 # NCCL takes one GPU per rank: with --backend nccl every layout needs as many as it has ranks.
 [[ $backend != nccl ]] || for i in "${!layouts[@]}"; do
   IFS='|' read -r name ranks flags device_flags needs <<< "${layouts[$i]}"
-  layouts[$i]="$name|$ranks|$flags|$device_flags|$ranks"
+  layouts[i]="$name|$ranks|$flags|$device_flags|$ranks"
 done
 common=(train --config mini --steps 4 --batch 8 --seq-len 64 --seed 5)
 failed=() skipped=()
