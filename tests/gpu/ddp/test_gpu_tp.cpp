@@ -9,8 +9,10 @@
 //                    stage 01 on the CPU
 //   [gpu_tp_memory]  the device's bytes: the shard's parameters and gradients, and its saved
 //                    activations by this file's own count of the tensors a rank keeps
-//   [gpu_tp_settings] flash attention and checkpointing: the loss and the change in saved
-//                    activations against the CPU shard's under the same setting
+//   [gpu_tp_settings] flash attention and checkpointing (every block, selective): the loss, the
+//                    gradients, the blocks run forward and the change in saved activations
+//                    against the CPU shard's under the same setting
+//   [gpu_tp_large_logits] the vocabulary-parallel loss for logits of several hundred
 //
 // Each with and without sequence parallelism.
 // Tolerances (not bitwise: cuBLAS's and the reductions' summation orders, the embedding's
@@ -157,11 +159,12 @@ TEST_CASE("the GPU tensor-parallel shard's device memory: its tensors and its sa
 
 TEST_CASE("the GPU tensor-parallel shard honours flash attention and checkpointing as the CPU shard does",
           "[gpu_tp_settings]") {
-  // Each setting against the plain shard (naive attention, nothing recomputed): the loss equals
-  // the CPU shard's under the same setting, and the saved activations change by exactly what the
-  // CPU shard's change by (flash keeps a log-sum-exp per query instead of att; checkpointing keeps
-  // segment boundaries and recomputes the rest). A setting the GPU shard ignored would leave its
-  // activations as the plain shard's.
+  // Each setting against the plain shard (naive attention, nothing recomputed), on the GPU shard
+  // and the CPU shard alike: the loss, every gradient (a recomputation from the wrong input
+  // changes no loss, only gradients), the blocks run forward (recomputations included), and the
+  // change in saved activations (flash keeps a log-sum-exp per query instead of att; checkpointing
+  // keeps segment boundaries). A setting the GPU shard ignored left its activations as the plain
+  // shard's; one it half applied shows in the gradients or the count.
   Communicator& world = test_world();
   const int t = world.size();
   if (kTpShape.NH % t != 0) return;
@@ -174,33 +177,77 @@ TEST_CASE("the GPU tensor-parallel shard honours flash attention and checkpointi
   const Setting plain{"plain", AttentionKind::kNaive, CheckpointPolicy{}};
   const Setting settings[] = {{"flash attention", AttentionKind::kFlash, CheckpointPolicy{}},
                               {"checkpoint every block", AttentionKind::kNaive, CheckpointPolicy::parse("every")},
+                              {"selective checkpointing", AttentionKind::kNaive, CheckpointPolicy::parse("selective")},
                               {"flash and checkpoint every block", AttentionKind::kFlash,
                                CheckpointPolicy::parse("every")}};
+  struct Outcome {
+    double loss;
+    std::ptrdiff_t activation_bytes;
+    std::size_t block_forwards;
+    std::vector<float> grads;  // gathered into the whole model's tensors
+  };
   for (bool sp : {false, true}) {
-    // The activations' peak and the loss of one step of `s`, on the GPU shard or the CPU shard.
     const auto run = [&](const Setting& s, bool gpu) {
       TpHarness h(world, config_from(kTpShape), t, sp, 1, kRows, kT, kTpSeed, s.policy, "fp32", 1.0, 0,
                   gpu ? gpu_chunks() : DeviceTpChunkFactory{});
       h.any_shard().set_attention(s.attention);
-      const double loss = h.forward_backward(batch.tokens, batch.targets);
+      Outcome out;
+      out.loss = h.forward_backward(batch.tokens, batch.targets);
       const MemoryTracker* tracker = gpu ? h.any_shard().device_memory() : &h.tracker;
       REQUIRE(tracker != nullptr);
-      return std::pair<double, std::ptrdiff_t>{loss,
-                                               static_cast<std::ptrdiff_t>(tracker->peak(MemCategory::kActivations))};
+      out.activation_bytes = static_cast<std::ptrdiff_t>(tracker->peak(MemCategory::kActivations));
+      out.block_forwards = h.any_shard().block_forward_count();
+      out.grads = h.gather_whole(h.model->fp32_grads());
+      return out;
     };
-    const auto [gpu_plain_loss, gpu_plain] = run(plain, true);
-    const auto [cpu_plain_loss, cpu_plain] = run(plain, false);
+    const Outcome gpu_plain = run(plain, true), cpu_plain = run(plain, false);
+    CHECK(gpu_plain.loss == Approx(cpu_plain.loss).epsilon(kLossTol));
     for (const Setting& s : settings) {
-      const auto [gpu_loss, gpu_bytes] = run(s, true);
-      const auto [cpu_loss, cpu_bytes] = run(s, false);
+      const Outcome gpu = run(s, true), cpu = run(s, false);
       INFO(where(world) << ", t " << t << (sp ? ", sequence parallel" : "") << ", " << s.name << ": activations GPU "
-                        << gpu_plain << " -> " << gpu_bytes << " bytes, CPU " << cpu_plain << " -> " << cpu_bytes
-                        << "; loss GPU " << gpu_loss << ", CPU " << cpu_loss);
-      CHECK(gpu_loss == Approx(cpu_loss).epsilon(kLossTol));
-      CHECK(cpu_bytes != cpu_plain);  // the setting does change what the CPU shard keeps
-      CHECK(gpu_bytes - gpu_plain == cpu_bytes - cpu_plain);
+                        << gpu_plain.activation_bytes << " -> " << gpu.activation_bytes << " bytes, CPU "
+                        << cpu_plain.activation_bytes << " -> " << cpu.activation_bytes << "; loss GPU " << gpu.loss
+                        << ", CPU " << cpu.loss << "; blocks run forward GPU " << gpu.block_forwards << ", CPU "
+                        << cpu.block_forwards);
+      CHECK(gpu.loss == Approx(cpu.loss).epsilon(kLossTol));
+      CHECK(gpu.block_forwards == cpu.block_forwards);
+      CHECK(cpu.activation_bytes != cpu_plain.activation_bytes);  // the setting does change what the CPU keeps
+      CHECK(gpu.activation_bytes - gpu_plain.activation_bytes == cpu.activation_bytes - cpu_plain.activation_bytes);
+      const ParamLayout whole(config_from(kTpShape));
+      for (const ParamTensor& tensor : whole.tensors()) {
+        const double err = relative_norm_error(gpu.grads.data() + tensor.offset, cpu.grads.data() + tensor.offset,
+                                               tensor.numel);
+        INFO("gradient of " << tensor.name << ": relative error " << err << " vs the CPU shard's");
+        CHECK(err <= kGradTol);
+      }
     }
-    CHECK(gpu_plain_loss == Approx(cpu_plain_loss).epsilon(kLossTol));
+  }
+}
+
+TEST_CASE("the GPU tensor-parallel shard's vocabulary-parallel loss stays finite for large logits",
+          "[gpu_tp_large_logits]") {
+  // ln_f's weight multiplied by 3000 makes logits of several hundred: exp() of those overflows in
+  // fp32 unless each row's maximum (over every rank's slice of the vocabulary) is taken out first.
+  Communicator& world = test_world();
+  const int t = world.size();
+  if (kTpShape.NH % t != 0) return;
+  const Batch batch = random_batch(kTpShape.V, kRows, kT, 54);
+  const auto loss_of = [&](bool gpu, bool sp) {
+    TpHarness h(world, config_from(kTpShape), t, sp, 1, kRows, kT, kTpSeed, {}, "fp32", 1.0, 0,
+                gpu ? gpu_chunks() : DeviceTpChunkFactory{});
+    std::vector<float> params(h.model->master_params(), h.model->master_params() + h.model->num_params());
+    for (const ParamTensor& tensor : h.model->layout().tensors())
+      if (tensor.name == "transformer.ln_f.weight")
+        for (std::size_t i = 0; i < tensor.numel; ++i) params[tensor.offset + i] *= 3000.0f;
+    h.model->set_master_params(params.data());
+    return h.forward_backward(batch.tokens, batch.targets);
+  };
+  for (bool sp : {false, true}) {
+    const double want = loss_of(false, sp), got = loss_of(true, sp);
+    INFO(where(world) << ", t " << t << (sp ? ", sequence parallel" : "") << ": loss GPU " << got << ", CPU " << want);
+    REQUIRE(std::isfinite(want));
+    CHECK(want > 50);  // the logits are large: the loss of a confident wrong guess
+    CHECK(got == Approx(want).epsilon(kLossTol));
   }
 }
 
