@@ -141,12 +141,14 @@ TEST_CASE("nccl isend/irecv around a ring arrive in posting order", "[nccl]") {
   requests.push_back(c.isend(d_first.data(), count, DataType::kFloat32, next));
   requests.push_back(c.irecv(d_in2.data(), count, DataType::kFloat32, prev));
   requests.push_back(c.isend(d_second.data(), count, DataType::kFloat32, next));
-  // test() launches the queued batch and must report completion within the test's time limit.
-  while (!c.test(requests[0])) {
-  }
-  c.wait_all(requests);
+  // test() launches the queued batch and must report completion within the test's time limit;
+  // a receive it calls complete holds its message, before any wait().
+  for (Request& request : requests)
+    while (!c.test(request)) {
+    }
   require_equal(d_in1.to_host(), message(prev, 0), "first message from rank " + std::to_string(prev));
   require_equal(d_in2.to_host(), message(prev, 1), "second message from rank " + std::to_string(prev));
+  c.wait_all(requests);
 }
 
 TEST_CASE("nccl iall_reduce follows the producer stream and overlaps with other kernels", "[nccl][overlap]") {
