@@ -4,12 +4,15 @@
 // reduce-scatter and all-gather take the uneven path (one reduce/broadcast per block).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "comm/partition.hpp"
 #include "core/error.hpp"
+#include "kernels/core/cuda_check.hpp"
 #include "kernels/core/device.hpp"
 #include "kernels/core/device_buffer.hpp"
 #include "nccl_test_kernels.hpp"
@@ -255,6 +258,100 @@ TEST_CASE("nccl refuses wrong arguments with a clear error, and stays usable", "
   std::vector<float> ones(7, 1.0f), want(7, static_cast<float>(c.size()));
   auto d_ones = device_copy(ones);
   c.all_reduce(d_ones.data(), d_ones.data(), 7, DataType::kFloat32, ReduceOp::kSum);
+  require_equal(d_ones.to_host(), want, "all_reduce after the refused calls");
+}
+
+TEST_CASE("nccl reduce_scatter_v and all_gather_v move pieces of any size, empty ones too", "[nccl]") {
+  // ZeRO's bucketed collectives: each rank's piece of a range cut by the shards' boundaries, so
+  // pieces differ in size and some are empty.
+  auto& c = nccl_world();
+  const int n = c.size(), r = c.rank();
+  const std::size_t whole = 1001;
+  for (const Pieces& pieces : {Pieces::even(whole, n), Pieces::of_range(c.partition(whole), 0, whole / 3),
+                               Pieces::of_range(c.partition(whole), whole / 3, whole)}) {
+    const std::size_t count = pieces.count(), mine = pieces.size(r), at = pieces.offset(r);
+    INFO(where(c) << ": " << count << " elements, this rank's piece [" << at << ", " << at + mine << ")");
+    std::vector<float> send(count), sum(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      send[i] = static_cast<float>(r + 1) * pattern(i, 11);
+      sum[i] = static_cast<float>(n * (n + 1) / 2) * pattern(i, 11);
+    }
+    auto d_send = device_copy(send);
+    DeviceBuffer<float> d_piece(std::max<std::size_t>(mine, 1), MemCategory::kComm, nullptr);
+    c.reduce_scatter_v(d_send.data(), d_piece.data(), pieces, DataType::kFloat32, ReduceOp::kSum);
+    std::vector<float> got = d_piece.to_host();
+    got.resize(mine);
+    require_equal(got, sum, "reduce_scatter_v", at);
+    // Every rank's piece, rank b's values (b + 1) pattern(i), gathered into place.
+    std::vector<float> piece(std::max<std::size_t>(mine, 1)), want(count);
+    for (std::size_t i = 0; i < mine; ++i) piece[i] = static_cast<float>(r + 1) * pattern(at + i, 13);
+    for (int b = 0; b < n; ++b)
+      for (std::size_t i = 0; i < pieces.size(b); ++i)
+        want[pieces.offset(b) + i] = static_cast<float>(b + 1) * pattern(pieces.offset(b) + i, 13);
+    auto d_mine = device_copy(piece);
+    DeviceBuffer<float> d_all(count, MemCategory::kComm, nullptr);
+    c.all_gather_v(d_mine.data(), d_all.data(), pieces, DataType::kFloat32);
+    require_equal(d_all.to_host(), want, "all_gather_v");
+  }
+}
+
+TEST_CASE("nccl refuses host memory on either side of each call, bad overlaps and disagreeing ranks, by name",
+          "[nccl]") {
+  auto& c = nccl_world();
+  const int n = c.size(), r = c.rank();
+  const std::size_t count = 8 * static_cast<std::size_t>(n);
+  std::vector<float> host(count, 1.0f);
+  DeviceBuffer<float> d(count, MemCategory::kComm, nullptr), e(count, MemCategory::kComm, nullptr);
+  const Pieces pieces = Pieces::even(count, n);
+  const auto host_refused = [&](const std::function<void()>& call, const std::string& which) {
+    INFO(where(c) << ": " << which);
+    CHECK_THROWS_WITH(call(), Contains("host pointer") && Contains("GPU memory"));
+  };
+  const auto sum = ReduceOp::kSum;
+  const auto f32 = DataType::kFloat32;
+  float* h = host.data();
+  host_refused([&] { c.all_reduce(h, d.data(), count, f32, sum); }, "all_reduce, host send");
+  host_refused([&] { c.all_reduce(d.data(), h, count, f32, sum); }, "all_reduce, host recv");
+  host_refused([&] { c.irecv(h, count, f32, 0); }, "irecv");
+  host_refused([&] { c.reduce_scatter(h, e.data(), count, f32, sum); }, "reduce_scatter, host send");
+  host_refused([&] { c.reduce_scatter(d.data(), h, count, f32, sum); }, "reduce_scatter, host recv");
+  host_refused([&] { c.all_gather(h, e.data(), count, f32); }, "all_gather, host send");
+  host_refused([&] { c.all_gather(d.data(), h, count, f32); }, "all_gather, host recv");
+  host_refused([&] { c.reduce_scatter_v(h, e.data(), pieces, f32, sum); }, "reduce_scatter_v, host send");
+  host_refused([&] { c.reduce_scatter_v(d.data(), h, pieces, f32, sum); }, "reduce_scatter_v, host recv");
+  host_refused([&] { c.all_gather_v(h, e.data(), pieces, f32); }, "all_gather_v, host send");
+  host_refused([&] { c.all_gather_v(d.data(), h, pieces, f32); }, "all_gather_v, host recv");
+  // Overlaps other than the in-place forms: the result would depend on NCCL's order.
+  const BlockPartition p = c.partition(count);
+  CHECK_THROWS_WITH(c.reduce_scatter(d.data(), d.data() + p.offset(r) + 1, count, f32, sum), Contains("overlap"));
+  CHECK_THROWS_WITH(c.all_gather(d.data() + p.offset(r) + 1, d.data(), count, f32), Contains("overlap"));
+  // A buffer on another GPU of this machine (where there is one).
+  if (cuda::device_count() > 1) {
+    const int mine = cuda::current_device(), other = (mine + 1) % cuda::device_count();
+    {
+      SCALELAB_CUDA_CHECK(cudaSetDevice(other));
+      DeviceBuffer<float> elsewhere(count, MemCategory::kComm, nullptr);
+      SCALELAB_CUDA_CHECK(cudaSetDevice(mine));
+      CHECK_THROWS_WITH(c.all_reduce(elsewhere.data(), elsewhere.data(), count, f32, sum),
+                        Contains("the buffer is on GPU " + std::to_string(other)));
+      SCALELAB_CUDA_CHECK(cudaSetDevice(other));  // freed where it was made
+    }
+    SCALELAB_CUDA_CHECK(cudaSetDevice(mine));
+  }
+  if (n > 1) {
+    // Ranks that disagree: each collective's check names both calls, on every rank.
+    const std::size_t mismatched = count - static_cast<std::size_t>(n) * static_cast<std::size_t>(r);
+    CHECK_THROWS_WITH(c.reduce_scatter(d.data(), e.data(), mismatched, f32, sum), Contains("the ranks disagree"));
+    CHECK_THROWS_WITH(c.all_gather(d.data(), e.data(), mismatched, f32), Contains("the ranks disagree"));
+    CHECK_THROWS_WITH(c.broadcast(d.data(), count, f32, r), Contains("the ranks disagree") && Contains("root"));
+    const Pieces uneven = Pieces::even(mismatched, n);
+    CHECK_THROWS_WITH(c.reduce_scatter_v(d.data(), e.data(), uneven, f32, sum), Contains("the ranks disagree"));
+    CHECK_THROWS_WITH(c.all_gather_v(d.data(), e.data(), uneven, f32), Contains("the ranks disagree"));
+  }
+  // None of these reached NCCL: the communicator still works.
+  std::vector<float> ones(7, 1.0f), want(7, static_cast<float>(n));
+  auto d_ones = device_copy(ones);
+  c.all_reduce(d_ones.data(), d_ones.data(), 7, f32, sum);
   require_equal(d_ones.to_host(), want, "all_reduce after the refused calls");
 }
 
