@@ -57,9 +57,8 @@ bool overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_by
   return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
 }
 
-// A point-to-point operation of a one-rank communicator, waiting for its partner.
+// A send or receive of a one-rank communicator, waiting for its partner.
 struct LocalP2p {
-  bool is_send;
   void* buf;
   std::size_t bytes;
 };
@@ -77,14 +76,15 @@ struct ncclComm {
 
 namespace {
 
-// One operation as the group posts it: `post` starts it (non-blocking), `after` runs once every
-// operation of the group has completed (copies out of temporaries).
+// What the operations of one call or group have started: MPI's requests, work to run once all
+// of them have completed (a one-rank communicator's matching of sends to receives), and the
+// temporaries the requests read.
 struct Posted {
 #ifdef SCALELAB_EMULATED_NCCL_MPI
   std::vector<MPI_Request> requests;
 #endif
   std::vector<std::function<void()>> after;
-  std::vector<std::shared_ptr<std::vector<char>>> keep;  // temporaries the requests use
+  std::deque<std::vector<char>> keep;  // temporaries the requests read (a deque: they never move)
 };
 using Operation = std::function<ncclResult_t(Posted&)>;
 
@@ -203,9 +203,8 @@ ncclResult_t mpi_op(ncclDataType_t t, ncclRedOp_t op, MPI_Op* out) {
 // A copy of `bytes` from `src` that the posted operation reads instead of src (which overlaps
 // the receive buffer in an in-place form MPI spells differently).
 const void* staged(Posted& p, const void* src, std::size_t bytes) {
-  auto copy = std::make_shared<std::vector<char>>(static_cast<const char*>(src), static_cast<const char*>(src) + bytes);
-  p.keep.push_back(copy);
-  return copy->data();
+  const char* from = static_cast<const char*>(src);
+  return p.keep.emplace_back(from, from + bytes).data();
 }
 
 ncclResult_t ok(int mpi_rc) { return mpi_rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError; }
@@ -518,7 +517,7 @@ ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t type, int p
       });
 #endif
     // One rank: the message waits for its receive (in this group or a later one).
-    comm->sends.push_back({true, const_cast<void*>(send), bytes});
+    comm->sends.push_back({const_cast<void*>(send), bytes});
     p.after.push_back([comm] { match_local(comm); });
     return ncclSuccess;
   });
@@ -535,7 +534,7 @@ ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t type, int peer, n
         return MPI_Irecv(recv, static_cast<int>(count), mpi_type(type), peer, 0, comm->mpi, r);
       });
 #endif
-    comm->recvs.push_back({false, recv, bytes});
+    comm->recvs.push_back({recv, bytes});
     p.after.push_back([comm] { match_local(comm); });
     return ncclSuccess;
   });
