@@ -58,6 +58,38 @@ class Communicator::Recorded {
   int exceptions_ = std::uncaught_exceptions();
 };
 
+Request Communicator::begin_request(CommOp op, bool collective, std::size_t count, int peer) {
+  Request request;
+  request.call_ = record_begin(op, collective, count, peer);
+  request.op_ = op;
+  request.peer_ = peer;
+  request.watch_ = slot_;
+  return request;
+}
+
+void Request::drop() noexcept {
+  if (!state_) return;
+  const std::shared_ptr<Watchdog::Slot> slot = watch_.lock();
+  {
+    WatchScope watch(slot.get(), op_, peer_, call_);
+    state_.reset();  // MPI: waits for the operation (frees it while an exception unwinds)
+  }
+  // Complete now, as wait() would have recorded it (not while unwinding: then it was abandoned).
+  if (slot && call_ != 0 && std::uncaught_exceptions() == 0) FlightRecorder::end(*slot->entry, call_);
+}
+
+Request& Request::operator=(Request&& other) noexcept {
+  if (this != &other) {
+    drop();
+    state_ = std::move(other.state_);
+    op_ = other.op_;
+    peer_ = other.peer_;
+    call_ = other.call_;
+    watch_ = std::move(other.watch_);
+  }
+  return *this;
+}
+
 std::uint64_t Communicator::record_begin(CommOp op, bool collective, std::size_t count, int peer) {
   if (!slot_) return 0;
   return FlightRecorder::begin(*slot_->entry, name_, rank_, size_, op, collective, count, peer);
@@ -91,11 +123,8 @@ Request Communicator::isend(const void* buf, std::size_t count, DataType type, i
   check_buffer(buf, count, "isend");
   SCALELAB_CHECK(tag >= 0 && tag <= kMaxTag, "isend: tag ", tag, " outside [0, ", kMaxTag, "]");
   Counted counted(stats_[CommOp::kSend], count * dtype_size(type), 0);
-  Request request;
-  request.call_ = record_begin(CommOp::kSend, false, count, peer);
+  Request request = begin_request(CommOp::kSend, false, count, peer);
   request.state_ = do_isend(buf, count, type, peer, tag);
-  request.op_ = CommOp::kSend;
-  request.peer_ = peer;
   return request;
 }
 
@@ -104,11 +133,8 @@ Request Communicator::irecv(void* buf, std::size_t count, DataType type, int pee
   check_buffer(buf, count, "irecv");
   SCALELAB_CHECK(tag >= 0 && tag <= kMaxTag, "irecv: tag ", tag, " outside [0, ", kMaxTag, "]");
   Counted counted(stats_[CommOp::kRecv], 0, count * dtype_size(type));
-  Request request;
-  request.call_ = record_begin(CommOp::kRecv, false, count, peer);
+  Request request = begin_request(CommOp::kRecv, false, count, peer);
   request.state_ = do_irecv(buf, count, type, peer, tag);
-  request.op_ = CommOp::kRecv;
-  request.peer_ = peer;
   return request;
 }
 
@@ -166,10 +192,8 @@ Request Communicator::iall_reduce(const void* send, void* recv, std::size_t coun
   const RingTraffic t = ring_all_reduce_traffic(count, rank_, size_);
   const std::size_t e = dtype_size(type);
   Counted counted(stats_[CommOp::kAllReduce], t.sent * e, t.received * e);
-  Request request;
-  request.call_ = record_begin(CommOp::kAllReduce, true, count, -1);
+  Request request = begin_request(CommOp::kAllReduce, true, count, -1);
   request.state_ = do_iall_reduce(send, recv, count, type, op);
-  request.op_ = CommOp::kAllReduce;
   return request;
 }
 
@@ -201,10 +225,8 @@ Request Communicator::ireduce_scatter_v(const void* send, void* recv, const Piec
   const RingTraffic t = ring_reduce_scatter_traffic(pieces, rank_);
   const std::size_t e = dtype_size(type);
   Counted counted(stats_[CommOp::kReduceScatter], t.sent * e, t.received * e);
-  Request request;
-  request.call_ = record_begin(CommOp::kReduceScatter, true, pieces.count(), -1);
+  Request request = begin_request(CommOp::kReduceScatter, true, pieces.count(), -1);
   request.state_ = do_ireduce_scatter_v(send, recv, pieces, type, op);
-  request.op_ = CommOp::kReduceScatter;
   return request;
 }
 
@@ -215,10 +237,8 @@ Request Communicator::iall_gather_v(const void* send, void* recv, const Pieces& 
   const RingTraffic t = ring_all_gather_traffic(pieces, rank_);
   const std::size_t e = dtype_size(type);
   Counted counted(stats_[CommOp::kAllGather], t.sent * e, t.received * e);
-  Request request;
-  request.call_ = record_begin(CommOp::kAllGather, true, pieces.count(), -1);
+  Request request = begin_request(CommOp::kAllGather, true, pieces.count(), -1);
   request.state_ = do_iall_gather_v(send, recv, pieces, type);
-  request.op_ = CommOp::kAllGather;
   return request;
 }
 

@@ -43,20 +43,27 @@ class RequestState {
   virtual bool test() = 0;  // true once complete; never blocks
 };
 
-// A handle to a non-blocking operation: move-only, complete after Communicator::wait().
+// A handle to a non-blocking operation: move-only, complete after Communicator::wait(). One
+// dropped while still pending (destroyed or assigned over without a wait) ends its operation in
+// the backend's destructor, which for MPI waits for it: under the communicator's watchdog, so that
+// a dropped send whose receive is never posted ends the job with a message naming the rank and
+// the peer, as a blocking send would, instead of hanging.
 class Request {
  public:
   Request() = default;
   Request(Request&&) noexcept = default;
-  Request& operator=(Request&&) noexcept = default;
+  Request& operator=(Request&& other) noexcept;
+  ~Request() { drop(); }
   bool pending() const { return state_ != nullptr; }
 
  private:
   friend class Communicator;
+  void drop() noexcept;
   std::unique_ptr<RequestState> state_;
   CommOp op_ = CommOp::kSend;
   int peer_ = -1;
-  std::uint64_t call_ = 0;  // the flight recorder's number of the call (0: not recorded)
+  std::uint64_t call_ = 0;               // the flight recorder's number of the call (0: not recorded)
+  std::weak_ptr<Watchdog::Slot> watch_;  // the communicator's watchdog slot, while it lives
 };
 
 struct CommOptions {
@@ -155,6 +162,8 @@ class Communicator {
   // The flight recorder around a call (nothing without a watchdog): begin returns the call's
   // number, which end and the watchdog's slot take.
   std::uint64_t record_begin(CommOp op, bool collective, std::size_t count, int peer);
+  // A Request for a non-blocking call about to start: recorded, and watched if it is dropped.
+  Request begin_request(CommOp op, bool collective, std::size_t count, int peer);
   void record_end(std::uint64_t call);
   class Recorded;
 

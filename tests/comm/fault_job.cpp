@@ -1,12 +1,15 @@
 // A small multi-rank job for the fault tests: ranks all-reduce in a loop, and one rank fails on
 // purpose at step 3. run_fault_case.cmake launches it under mpiexec and checks that the whole
 // job ends non-zero within 30 s and that its output names the failed rank.
-//   comm_fault_job throw|kill|hang|stop|grid [fail_rank]
+//   comm_fault_job throw|kill|hang|stop|drop|grid [fail_rank]
 //     throw  the rank throws: CommRuntime::run reports it and calls MPI_Abort
 //     kill   the rank is killed (SIGKILL): mpirun notices and ends the job
 //     hang   the rank sleeps forever: the others' watchdog (5 s here) ends the job
 //     stop   the rank stops itself (SIGSTOP): the others' watchdog ends the job, and the flight
 //            recorder names the silent rank (comm/flight_report.hpp)
+//     drop   the rank drops the Request of a 4 MiB isend that no rank receives (the others are
+//            busy for a minute): its destructor waits for the send, and the rank's own watchdog
+//            ends the job, naming the send and its peer
 //     grid   every rank builds a 2x2 grid on 3 ranks: the ConfigError ends the job
 #include <chrono>
 #include <csignal>
@@ -24,8 +27,8 @@ int main(int argc, char** argv) {
   using namespace scalelab;
   const std::string mode = argc > 1 ? argv[1] : "";
   const int fail_rank = argc > 2 ? std::stoi(argv[2]) : 1;
-  if (mode != "throw" && mode != "kill" && mode != "hang" && mode != "stop" && mode != "grid") {
-    std::fprintf(stderr, "usage: comm_fault_job throw|kill|hang|stop|grid [fail_rank]\n");
+  if (mode != "throw" && mode != "kill" && mode != "hang" && mode != "stop" && mode != "drop" && mode != "grid") {
+    std::fprintf(stderr, "usage: comm_fault_job throw|kill|hang|stop|drop|grid [fail_rank]\n");
     return 2;
   }
   try {
@@ -45,6 +48,15 @@ int main(int argc, char** argv) {
           if (mode == "stop") std::raise(SIGSTOP);
           if (mode == "hang")
             for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+        }
+        if (mode == "drop" && step == 3) {
+          if (world.rank() == fail_rank) {
+            // Above any eager limit, so the send completes only when a receive is posted.
+            std::vector<float> message(1 << 20, 1.0f);
+            world.isend(message.data(), message.size(), DataType::kFloat32, (fail_rank + 1) % world.size());
+          } else {
+            std::this_thread::sleep_for(std::chrono::seconds(60));  // busy: no watched call
+          }
         }
         ring_all_reduce(world, x.data(), x.size());
         world.all_reduce(x.data(), x.size());

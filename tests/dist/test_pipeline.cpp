@@ -51,7 +51,9 @@ const prior::ModelShape kShape{64, 8, 16, 8, 2};  // V T C L NH: 8 layers, so p 
 constexpr int kRows = 2;                          // per micro-batch
 constexpr std::uint64_t kSeed = 11;
 
-GPTConfig config() { return gpt_config_of_shape(kShape.V, kShape.T, kShape.C, kShape.L, kShape.NH, "pipeline-test"); }
+GPTConfig config(const prior::ModelShape& shape = kShape) {
+  return gpt_config_of_shape(shape.V, shape.T, shape.C, shape.L, shape.NH, "pipeline-test");
+}
 
 std::vector<std::string> schedules_for(int p, int m) {
   std::vector<std::string> s = {"afab", "1f1b", "zb-h1"};
@@ -67,21 +69,22 @@ double max_abs(const std::vector<float>& v) {
 
 // The whole-model gradient of the tied wte is spread over two ranks: the test compares each
 // rank's copy after the sum, which is what the optimizer reads.
-void check_against_stage01(Communicator& world, int m, const std::string& schedule) {
-  const int p = world.size(), B = kRows * m;
-  const Batch batch = random_batch(kShape.V, B, kShape.T, 100 + m);
-  const prior::StepsResult want = prior::stage01_steps(kShape, kSeed, batch.tokens, batch.targets, B, kShape.T, m, 3);
-  PipelineHarness h(world, config(), p, m, schedule, B, kShape.T, kSeed);
+void check_against_stage01(Communicator& world, int m, const std::string& schedule,
+                           const prior::ModelShape& shape = kShape, int rows = kRows) {
+  const int p = world.size(), B = rows * m;
+  const Batch batch = random_batch(shape.V, B, shape.T, 100 + m);
+  const prior::StepsResult want = prior::stage01_steps(shape, kSeed, batch.tokens, batch.targets, B, shape.T, m, 3);
+  PipelineHarness h(world, config(shape), p, m, schedule, B, shape.T, kSeed);
   INFO(where(world) << ", p " << p << ", m " << m << ", schedule " << schedule);
   const double loss = h.forward_backward(batch.tokens, batch.targets);
   CHECK(loss == want.first_loss);  // the same micro-batch losses, summed in the same order
   const double atol = 1e-6 * max_abs(want.first_grads);
-  const TensorMismatch g = compare_stage_tensors("gradient", config(), h.model->layout(), h.model->fp32_grads(),
+  const TensorMismatch g = compare_stage_tensors("gradient", config(shape), h.model->layout(), h.model->fp32_grads(),
                                                  want.first_grads, 1e-5, atol);
   INFO(g.message);
   CHECK(g.ok);
   h.update();
-  const TensorMismatch p1 = compare_stage_tensors("params after 1 step", config(), h.model->layout(),
+  const TensorMismatch p1 = compare_stage_tensors("params after 1 step", config(shape), h.model->layout(),
                                                   h.model->master_params(), want.params_after_first, 1e-5, 1e-7);
   INFO(p1.message);
   CHECK(p1.ok);
@@ -89,7 +92,7 @@ void check_against_stage01(Communicator& world, int m, const std::string& schedu
     h.forward_backward(batch.tokens, batch.targets);
     h.update();
   }
-  const ParamLayout whole(config());
+  const ParamLayout whole(config(shape));
   for (const auto& t : h.model->layout().tensors()) {
     const double err = relative_norm_error(h.model->master_params() + t.offset,
                                            want.params_after.data() + whole.find(t.name).offset, t.numel);
@@ -104,6 +107,21 @@ TEST_CASE("pipeline gradients and updates equal stage 01 with m micro-batches", 
   if (world.size() < 2) return;  // a pipeline needs two ranks
   for (int m = 1; m <= 8; ++m)
     for (const std::string& schedule : schedules_for(world.size(), m)) check_against_stage01(world, m, schedule);
+}
+
+// Messages above MPI's eager limit, so that a send completes only once its receive is posted
+// (Open MPI's shared-memory transport sends up to 4 KB eagerly; kShape's messages are 1 KB, which
+// any send delivers at once). A pipeline whose sends block, a blocking send or an isend whose
+// request is dropped (its destructor waits), then deadlocks in 1F1B's steady state, where the two
+// neighbours send to each other before either receives: rank 0 micro-batch 1's activations, rank
+// 1 micro-batch 0's gradient. The watchdog ends that run and names the waiting rank.
+TEST_CASE("pipeline sends do not wait for their receive (messages above MPI's eager limit)",
+          "[graded][pipeline_nonblocking]") {
+  Communicator& world = test_world();
+  if (world.size() < 2) return;
+  const prior::ModelShape shape{64, 64, 256, 2 * world.size(), 4};  // V T C L NH
+  const int rows = 4;                                               // a message: 4 x 64 x 256 floats, 256 KiB
+  for (const std::string schedule : {"1f1b", "zb-h1"}) check_against_stage01(world, 2, schedule, shape, rows);
 }
 
 TEST_CASE("the two copies of the tied embedding stay bitwise equal", "[graded][pipeline_tied]") {
