@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -180,6 +181,9 @@ void check_against_naive(Pass pass, const std::vector<F>& out, const std::vector
 }
 
 template <typename F>
+constexpr F kNaN = std::numeric_limits<F>::quiet_NaN();
+
+template <typename F>
 void check_chunked(const Shape& s, Pass pass) {
   const std::size_t BT = static_cast<std::size_t>(s.B) * s.T;
   const auto qkv = random_vec<F>(BT * 3 * s.C, 100 + s.T, 2.0);
@@ -187,9 +191,10 @@ void check_chunked(const Shape& s, Pass pass) {
   const Naive<F> naive = run_naive(qkv, dout, s);
   for (int chunk : kChunks) {
     INFO(describe(s) << ", chunk " << chunk << ", " << (sizeof(F) == 4 ? "float" : "double"));
-    // Outputs start as garbage: forward and backward must write (=) every element, not add.
-    std::vector<F> out(BT * s.C, F(7)), lse(static_cast<std::size_t>(s.B) * s.NH * s.T, F(7));
-    std::vector<F> dqkv(BT * 3 * s.C, F(7)), scratch(attention_chunked_scratch_elems(chunk));
+    // Outputs and scratch start as NaN: forward and backward must write (=) every element before
+    // they read it (a += into an output, or an accumulator in it never set to 0, stays NaN).
+    std::vector<F> out(BT * s.C, kNaN<F>), lse(static_cast<std::size_t>(s.B) * s.NH * s.T, kNaN<F>);
+    std::vector<F> dqkv(BT * 3 * s.C, kNaN<F>), scratch(attention_chunked_scratch_elems(chunk), kNaN<F>);
     attention_chunked_forward(out.data(), lse.data(), scratch.data(), qkv.data(), s.B, s.T, s.C, s.NH, chunk);
     if (pass == Pass::kBackward)
       attention_chunked_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T,
@@ -206,8 +211,8 @@ void check_flash(const Shape& s, Pass pass) {
   const Naive<F> naive = run_naive(qkv, dout, s);
   for (const Tiles& tl : kTiles) {
     INFO(describe(s) << ", tiles " << tl.Br << " x " << tl.Bc << ", " << (sizeof(F) == 4 ? "float" : "double"));
-    std::vector<F> out(BT * s.C, F(7)), lse(static_cast<std::size_t>(s.B) * s.NH * s.T, F(7));
-    std::vector<F> dqkv(BT * 3 * s.C, F(7)), scratch(attention_flash_scratch_elems(s.T, tl.Br, tl.Bc));
+    std::vector<F> out(BT * s.C, kNaN<F>), lse(static_cast<std::size_t>(s.B) * s.NH * s.T, kNaN<F>);
+    std::vector<F> dqkv(BT * 3 * s.C, kNaN<F>), scratch(attention_flash_scratch_elems(s.T, tl.Br, tl.Bc), kNaN<F>);
     attention_flash_forward(out.data(), lse.data(), scratch.data(), qkv.data(), s.B, s.T, s.C, s.NH, tl.Br, tl.Bc);
     if (pass == Pass::kBackward)
       attention_flash_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T,
