@@ -315,9 +315,15 @@ if [[ " ${labs[*]} " == *" 07 "* ]]; then
     'r.grads.data()) + u.pieces.offset(shards_.rank())' 'r.grads.data())' \
     ZeroModel::finish_reduction "the reduced piece read from the start of the unit, not from this rank's offset"
   # The clipping norm from this rank's shard alone: every rank clips by a different factor.
-  wrong_solution 07 07-zero local-norm dist/zero_model.cpp \
+  # Offload runs the same wrong norm with and without offload, so their parameters still agree.
+  KEEP=lab07.zero_offload wrong_solution 07 07-zero local-norm dist/zero_model.cpp \
     'comm_.all_reduce(&squares, 1);' '(void)comm_;  // the partial sums never added' \
     ZeroModel::optimizer_step "the gradient norm of this rank's shard only"
+  # Under offload the updated host shard never copied back: every rank all-gathers its old one.
+  KEEP="lab07.zero1_equal lab07.zero2_equal lab07.zero3_equal" \
+    wrong_solution 07 07-zero no-copy-in dist/zero_model.cpp \
+    'copy_master_in();' '// the host shard: already in place' \
+    ZeroModel::optimizer_step "the host shard not copied back under offload in optimizer_step"
   # No prefetch: each block gathered only when it is reached; the same numbers, no overlap.
   wrong_solution 07 07-zero no-prefetch dist/zero_model.cpp \
     'if (next >= 0 && next < config().num_layers) {' 'if (false && next >= 0) {' \

@@ -284,7 +284,7 @@ TEST_CASE("stage 3 prefetches: a block's gather starts before the previous block
 TEST_CASE(
     "ZeRO-Offload: the same parameters as without it; the device keeps 4 or 8 bytes per parameter, the "
     "host 16/d",
-    "[zero_offload]") {
+    "[graded][zero_offload]") {
   Communicator& world = test_world();
   const std::size_t psi = ParamLayout(config()).num_params();
   for (int zero : {1, 2})
