@@ -3,8 +3,11 @@
 // be compared with another's when the job is stuck (comm/flight_report.hpp).
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
+#include "comm/flight_recorder.hpp"
 #include "world.hpp"
 
 using namespace scalelab;
@@ -58,4 +61,23 @@ TEST_CASE("flight recorder: collectives numbered alike on every rank, split chil
   auto c = a->split(0, a->rank());
   CHECK(c->name() == a->name() + "/0:0");
   CHECK(c->watch_slot()->entry != a->watch_slot()->entry);
+}
+
+TEST_CASE("flight recorder: a send whose Request is dropped before its wait is recorded complete", "[flight]") {
+  Communicator& world = test_world();
+  Watchdog::Slot* slot = world.watch_slot();
+  REQUIRE(slot != nullptr);  // the MPI world has a watchdog
+  std::vector<float> x(16, 1.5f), y(16, 0.0f);
+  Request recv = world.irecv(y.data(), y.size(), DataType::kFloat32, world.rank(), 7);
+  std::uint64_t send_call = 0;
+  {
+    Request send = world.isend(x.data(), x.size(), DataType::kFloat32, world.rank(), 7);
+    send_call = slot->entry->calls;  // the send is the newest call
+  }                                  // dropped: the backend waits for the send, and the recorder marks it done
+  world.wait(recv);
+  const FlightRecord& r = slot->entry->ring[send_call % kFlightRing];
+  INFO(where(world) << ": the dropped send is call " << send_call);
+  REQUIRE(r.call == send_call);
+  CHECK(r.ended_ns != 0);
+  CHECK(y == x);
 }
