@@ -3,6 +3,7 @@
 // half, fp16's underflow without a loss scale, and the skipped step on inf/NaN gradients.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -278,6 +279,71 @@ TEST_CASE("the chunked mixed step equals the fp32 step on the same gradients", "
     float_to_half(rounded.data(), mixed.master_params(), mixed.num_params(), HalfFormat::kBF16);
     CHECK_MATCH(compare_bitwise("half parameters vs the rounded master weights after the step", mixed.half_params(),
                                 rounded.data(), mixed.num_params()));
+  }
+}
+
+// The model's own buffers fit in one chunk; a large model's do not. The same step in chunks of
+// 1,000 (not a divisor of N, so the last chunk is short) must give bitwise the same result: each
+// pass over the chunks must unscale its own chunk, not reuse the last one of the norm pass. And a
+// pipeline stage's norm (MixedNorm: the share of the sum this rank counts, then the whole model's
+// total) must be the one the step clips with.
+TEST_CASE("the mixed step in short chunks, and with a norm shared across ranks, equals the whole step",
+          "[graded][mixed_step]") {
+  const Batch batch = random_batch(kTiny.V, kB, kT, 5);
+  MemoryTracker tracker;
+  MixedPrecisionModel mixed(config_from(kTiny), HalfFormat::kBF16, &tracker);
+  mixed.init_weights(kSeed);
+  mixed.forward(batch.tokens.data(), batch.targets.data(), kB, kT);
+  mixed.backward(4.0);
+  const std::size_t N = mixed.num_params(), kChunk = 1000;
+  REQUIRE(N > 3 * kChunk);
+  REQUIRE(N % kChunk != 0);
+  const std::vector<float> master0(mixed.master_params(), mixed.master_params() + N);
+  const std::vector<std::uint16_t> half0(mixed.half_params(), mixed.half_params() + N);
+  // The unscaled gradients' squares in fp64, split by the parity of the element: a "rank" that
+  // counts the even elements, and the rest of the model's sum as if from the other ranks.
+  const std::vector<float> g = mixed.grads_as_float();
+  double even = 0, odd = 0;
+  for (std::size_t i = 0; i < N; ++i) (i % 2 ? odd : even) += double(g[i] * 0.25f) * (g[i] * 0.25f);
+  const double clip = 0.05;
+  REQUIRE(std::sqrt(even + odd) > clip);  // the clip coefficient depends on the norm
+
+  AdamW whole_adam(N, AdamWConfig{}, &tracker);
+  const auto whole = mixed.optimizer_step(whole_adam, 1e-3, 0.25, clip);
+  INFO("N = " << N << " parameters, chunks of " << kChunk);
+  CHECK(whole.grad_norm == Approx(std::sqrt(even + odd)).epsilon(1e-12));
+
+  for (bool shared : {false, true}) {
+    std::vector<float> master = master0, chunk(kChunk);
+    std::vector<std::uint16_t> half = half0;
+    const MixedStepBuffers buffers{master.data(), half.data(), mixed.half_grads(), N, HalfFormat::kBF16,
+                                   chunk.data(),  kChunk};
+    std::vector<int> counted(N, 0);
+    MixedNorm norm;
+    if (shared) {
+      norm.share = [&](const float* gc, std::size_t offset, std::size_t count) {
+        double s = 0;
+        for (std::size_t i = 0; i < count; ++i) {
+          ++counted[offset + i];
+          if ((offset + i) % 2 == 0) s += double(gc[i]) * gc[i];
+        }
+        return s;
+      };
+      norm.total = [&](double mine) { return mine + odd; };
+    }
+    AdamW adam(N, AdamWConfig{}, &tracker);
+    const auto out = mixed_optimizer_step(adam, buffers, 1e-3, 0.25, clip, norm);
+    INFO((shared ? "with a norm shared across ranks" : "the model's own norm")
+         << ": grad norm " << out.grad_norm << " vs " << whole.grad_norm);
+    if (shared) {
+      CHECK(std::count(counted.begin(), counted.end(), 1) == std::ptrdiff_t(N));  // every element shared once
+      CHECK(out.grad_norm == Approx(whole.grad_norm).epsilon(1e-12));             // the same sum in another order
+    } else {
+      CHECK(out.grad_norm == whole.grad_norm);
+      CHECK_MATCH(compare_bitwise("master weights, chunked vs whole", master.data(), mixed.master_params(), N));
+      CHECK_MATCH(compare_bitwise("half parameters, chunked vs whole", half.data(), mixed.half_params(), N));
+      CHECK_MATCH(compare_bitwise("Adam v, chunked vs whole", adam.v(), whole_adam.v(), N));
+    }
   }
 }
 
