@@ -314,7 +314,9 @@ TEST_CASE("the mixed step in short chunks, and with a norm shared across ranks, 
   CHECK(whole.grad_norm == Approx(std::sqrt(even + odd)).epsilon(1e-12));
 
   for (bool shared : {false, true}) {
-    std::vector<float> master = master0, chunk(kChunk);
+    // The workspace with 16 guard values past its end, which the step must not touch.
+    constexpr float kGuard = 7.0f;
+    std::vector<float> master = master0, chunk(kChunk + 16, kGuard);
     std::vector<std::uint16_t> half = half0;
     const MixedStepBuffers buffers{master.data(), half.data(), mixed.half_grads(), N, HalfFormat::kBF16,
                                    chunk.data(),  kChunk};
@@ -335,6 +337,7 @@ TEST_CASE("the mixed step in short chunks, and with a norm shared across ranks, 
     const auto out = mixed_optimizer_step(adam, buffers, 1e-3, 0.25, clip, norm);
     INFO((shared ? "with a norm shared across ranks" : "the model's own norm")
          << ": grad norm " << out.grad_norm << " vs " << whole.grad_norm);
+    CHECK(std::count(chunk.begin() + kChunk, chunk.end(), kGuard) == 16);  // nothing written past chunk_size
     if (shared) {
       CHECK(std::count(counted.begin(), counted.end(), 1) == std::ptrdiff_t(N));  // every element shared once
       CHECK(out.grad_norm == Approx(whole.grad_norm).epsilon(1e-12));             // the same sum in another order
