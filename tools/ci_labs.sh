@@ -245,7 +245,7 @@ if [[ " ${labs[*]} " == *" 04 "* ]]; then
     'add_into(mine, theirs, p.length);' 'std::copy(theirs, theirs + p.length, mine);' \
     ring_reduce_scatter "a reduce-scatter that copies instead of adding"
   # All-reduce = reduce-scatter alone: each rank holds only its own block of the sum.
-  KEEP=lab04.ring_all_reduce_1rank wrong_solution 04 04-data-parallel ring-no-gather comm/ring.cpp \
+  KEEP="lab04.ring_all_reduce_1rank lab04.ring_bytes_1rank" wrong_solution 04 04-data-parallel ring-no-gather comm/ring.cpp \
     'all_gather_steps(comm, data, blocks, options);' '// all_gather_steps forgotten' \
     ring_all_reduce "an all-reduce without its all-gather"
   # The first bucket's own (smaller) cap ignored.
