@@ -45,6 +45,29 @@ TEST_CASE("buckets cover the gradient buffer in backward order, whole tensors, c
   CHECK(plan_buckets(layout, first_cap, std::size_t(1) << 40).size() == 2);
 }
 
+// The edges of "closes as soon as it reaches its cap": a bucket exactly at its cap closes (as
+// PyTorch's DDP does), and a plan whose last bucket closed at offset 0 adds no empty one.
+TEST_CASE("a bucket at exactly its cap closes, and no bucket is empty", "[graded][ddp_buckets]") {
+  const ParamLayout layout(gpt_config_by_name("mini"));
+  const auto& tensors = layout.tensors();
+  const std::size_t last_bytes = tensors.back().numel * sizeof(float);  // the first tensor backward finishes
+  {
+    const auto exact = plan_buckets(layout, last_bytes, std::size_t(1) << 40);
+    REQUIRE(!exact.empty());
+    INFO("first cap = the last tensor's " << last_bytes << " bytes: the first bucket is that tensor alone, got ["
+                                          << exact.front().first << ", " << exact.front().second << ")");
+    CHECK(exact.front() == std::make_pair(tensors.back().offset, layout.num_params()));
+  }
+  // A 1-byte cap: every tensor reaches it alone, so one bucket per tensor, the last ending at 0.
+  const auto single = plan_buckets(layout, 1, 1);
+  INFO("caps of 1 byte: " << single.size() << " buckets for " << tensors.size() << " tensors");
+  CHECK(single.size() == tensors.size());
+  for (std::size_t i = 0; i < single.size(); ++i) {
+    INFO("bucket " << i << " = [" << single[i].first << ", " << single[i].second << ")");
+    CHECK(single[i].first < single[i].second);
+  }
+}
+
 TEST_CASE("ddp options are parsed or rejected clearly", "[ddp_options]") {
   CHECK(DdpOptions::parse_mode("naive") == DdpOptions::Mode::kNaive);
   CHECK(DdpOptions::parse_algorithm("ring") == DdpOptions::Algorithm::kRing);
