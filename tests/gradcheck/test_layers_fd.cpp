@@ -4,6 +4,10 @@
 // (central differences with h = 1e-6 in double are accurate to ~1e-9 here).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
+
+#include "compare.hpp"
 #include "gradcheck.hpp"
 #include "model/layers/attention.hpp"
 #include "model/layers/crossentropy.hpp"
@@ -99,6 +103,56 @@ TEST_CASE("attention_backward matches finite differences (causal, several heads)
   Vec dqkv(N * 3 * C, 0.0), scratch(T * T);
   attention_backward(dqkv.data(), scratch.data(), w.data(), qkv.data(), att.data(), B, T, C, NH);
   CHECK_FD(check_fd(qkv, dqkv, objective, kTol), "dqkv");
+}
+
+// attention_backward works in blocks of 64 queries (keys) on and below the diagonal; T = 5 has
+// one block. T = 150 has three, the last one short: against the textbook formulas written as
+// plain loops in double (a = softmax of the causal scores, da = dout v^T, ds = a (da - sum a da),
+// dq = scale ds k, dk = scale ds^T q, dv = a^T dout). Tolerance: 1e-10 of the largest gradient
+// (the same sums in another order).
+TEST_CASE("attention_backward over several query blocks equals the formulas", "[graded][fd_attention]") {
+  constexpr int Tl = 150, Bl = 1;
+  const int hs = C / NH, C3 = 3 * C;
+  const double scale = 1.0 / std::sqrt(double(hs));
+  const Vec qkv = random_vec(Bl * Tl * C3, 41), dout = random_vec(Bl * Tl * C, 42);
+  Vec out(Bl * Tl * C), att(static_cast<std::size_t>(Bl) * NH * Tl * Tl);
+  attention_forward(out.data(), att.data(), qkv.data(), Bl, Tl, C, NH);
+  Vec dqkv(qkv.size(), 0.0), scratch(Tl * Tl);
+  attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), Bl, Tl, C, NH);
+
+  Vec want(qkv.size(), 0.0);
+  auto at = [&](int t, int part, int h, int i) { return static_cast<std::size_t>(t) * C3 + part * C + h * hs + i; };
+  for (int h = 0; h < NH; ++h) {
+    std::vector<Vec> a(Tl, Vec(Tl, 0.0)), ds(Tl, Vec(Tl, 0.0));
+    for (int t = 0; t < Tl; ++t) {
+      double mx = -1e300, sum = 0, dot_a_da = 0;
+      Vec da(Tl, 0.0);
+      for (int u = 0; u <= t; ++u) {
+        double s = 0;
+        for (int i = 0; i < hs; ++i) s += qkv[at(t, 0, h, i)] * qkv[at(u, 1, h, i)];
+        a[t][u] = scale * s;
+        mx = std::max(mx, a[t][u]);
+      }
+      for (int u = 0; u <= t; ++u) sum += (a[t][u] = std::exp(a[t][u] - mx));
+      for (int u = 0; u <= t; ++u) {
+        a[t][u] /= sum;
+        for (int i = 0; i < hs; ++i) da[u] += dout[static_cast<std::size_t>(t) * C + h * hs + i] * qkv[at(u, 2, h, i)];
+        dot_a_da += a[t][u] * da[u];
+      }
+      for (int u = 0; u <= t; ++u) ds[t][u] = a[t][u] * (da[u] - dot_a_da);
+    }
+    for (int t = 0; t < Tl; ++t)
+      for (int u = 0; u <= t; ++u)
+        for (int i = 0; i < hs; ++i) {
+          want[at(t, 0, h, i)] += scale * ds[t][u] * qkv[at(u, 1, h, i)];                        // dq
+          want[at(u, 1, h, i)] += scale * ds[t][u] * qkv[at(t, 0, h, i)];                        // dk
+          want[at(u, 2, h, i)] += a[t][u] * dout[static_cast<std::size_t>(t) * C + h * hs + i];  // dv
+        }
+  }
+  double largest = 0;
+  for (double g : want) largest = std::max(largest, std::fabs(g));
+  INFO("T = " << Tl << ": query blocks [0, 64), [64, 128), [128, 150)");
+  CHECK_MATCH(compare_close("dqkv vs the formulas", dqkv.data(), want.data(), want.size(), 0.0, 1e-10 * largest));
 }
 
 TEST_CASE("gelu_backward matches finite differences", "[graded][fd_gelu]") {
