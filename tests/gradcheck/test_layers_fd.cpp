@@ -23,6 +23,19 @@ using namespace scalelab_test;
 namespace {
 constexpr int B = 2, T = 5, C = 12, NH = 3, V = 7, N = B * T;
 constexpr double kTol = 1e-6;
+
+// Guard values after a buffer's n elements, which an element-wise backward must leave alone.
+constexpr std::size_t kGuards = 4;
+constexpr double kGuard = 7.5;
+bool guards_intact(const Vec& v, std::size_t n) {
+  for (std::size_t i = n; i < v.size(); ++i) {
+    if (v[i] != kGuard) {
+      UNSCOPED_INFO("element " << i << ", past the " << n << " given, was written: " << v[i]);
+      return false;
+    }
+  }
+  return true;
+}
 }  // namespace
 
 TEST_CASE("encoder_backward matches finite differences", "[graded][fd_encoder]") {
@@ -165,6 +178,12 @@ TEST_CASE("gelu_backward matches finite differences", "[graded][fd_gelu]") {
   Vec dinp(N * C);
   gelu_backward(dinp.data(), w.data(), inp.data(), dinp.size());
   CHECK_FD(check_fd(inp, dinp, objective, kTol), "dinp");
+  // Only the N*C elements it is given: buffers that run on past them keep their guard values.
+  Vec dinp_g(N * C + kGuards, kGuard), inp_g = inp, w_g = w;
+  inp_g.resize(N * C + kGuards, 1.0);
+  w_g.resize(N * C + kGuards, 1.0);
+  gelu_backward(dinp_g.data(), w_g.data(), inp_g.data(), N * C);
+  CHECK(guards_intact(dinp_g, N * C));
 }
 
 TEST_CASE("residual_backward matches finite differences", "[graded][fd_residual]") {
@@ -179,6 +198,12 @@ TEST_CASE("residual_backward matches finite differences", "[graded][fd_residual]
   residual_backward(da.data(), db.data(), w.data(), da.size());
   CHECK_FD(check_fd(a, added(da, da0), objective, kTol), "da (what the backward added)");
   CHECK_FD(check_fd(b, added(db, db0), objective, kTol), "db (what the backward added)");
+  // Only the N*C elements it is given: buffers that run on past them keep their guard values.
+  Vec da_g(N * C + kGuards, kGuard), db_g(N * C + kGuards, kGuard), w_g = w;
+  w_g.resize(N * C + kGuards, 1.0);
+  residual_backward(da_g.data(), db_g.data(), w_g.data(), N * C);
+  CHECK(guards_intact(da_g, N * C));
+  CHECK(guards_intact(db_g, N * C));
 }
 
 TEST_CASE("crossentropy_backward matches finite differences of the mean loss", "[graded][fd_crossentropy]") {
