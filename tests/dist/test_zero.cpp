@@ -26,6 +26,7 @@
 #include "dist/zero_strategy.hpp"
 #include "io/checkpoint.hpp"
 #include "io/safetensors.hpp"
+#include "model/checkpoint_policy.hpp"
 #include "parallel/strategy_factory.hpp"
 #include "strategy_harness.hpp"
 #include "train/trainer.hpp"
@@ -50,12 +51,14 @@ struct RunSpec {
   int micro_batches = 1;
   double clip = 0;
   bool offload = false;
+  CheckpointPolicy checkpointing{};  // stage 02 under ZeRO: blocks gathered again for recomputes
 };
 
 std::string describe(const RunSpec& s) {
   return (s.zero ? "ZeRO-" + std::to_string(s.zero) + (s.offload ? "-Offload" : "") : std::string("DDP")) + ", " +
          (s.algorithm == DdpOptions::Algorithm::kRing ? "ring" : "builtin") + ", m " + std::to_string(s.micro_batches) +
-         ", clip " + std::to_string(s.clip);
+         ", clip " + std::to_string(s.clip) +
+         (s.checkpointing.kind == CheckpointPolicy::Kind::kNone ? "" : ", checkpointing " + s.checkpointing.describe());
 }
 
 TrainOptions options_for(Communicator& world, const RunSpec& s) {
@@ -85,7 +88,7 @@ struct ZeroHarness : StrategyHarness {
       d.bucket_bytes = d.first_bucket_bytes = std::size_t(1) << 30;
       strategy = std::make_unique<DdpStrategy>(world, d);
     }
-    start(*strategy, config(), kSeed, CheckpointPolicy{}, "zero test");
+    start(*strategy, config(), kSeed, spec.checkpointing, "zero test");
   }
   ZeroModel& zero() { return dynamic_cast<ZeroModel&>(*model); }
   void step(const Batch& b) {
@@ -178,6 +181,18 @@ void check_equals_ddp(int zero) {
     INFO(where(world) << ", " << describe(spec) << " vs " << describe(base));
     check_close_per_tensor(params_after(world, spec), params_after(world, base));
   }
+  if (zero != 3) return;
+  // Stage 02 under ZeRO-3: a recompute gathers its block again (and prefetches nothing). A
+  // recompute gives the forward's values bitwise, so the result is DDP's without checkpointing.
+  const RunSpec ddp{0, DdpOptions::Algorithm::kRing, 1, 0};
+  const std::vector<float> want = params_after(world, ddp);
+  for (const char* policy : {"every:2", "selective"}) {
+    RunSpec spec{3, DdpOptions::Algorithm::kRing, 1, 0};
+    spec.checkpointing = CheckpointPolicy::parse(policy);
+    INFO(where(world) << ", " << describe(spec) << " vs " << describe(ddp));
+    const std::vector<float> got = params_after(world, spec);
+    CHECK_MATCH(compare_bitwise("parameters after 5 steps", got.data(), want.data(), want.size()));
+  }
 }
 
 }  // namespace
@@ -191,7 +206,8 @@ namespace {
 // One step of stage `zero` (backend's collectives) with the tracker's peaks reset first.
 struct MeasuredStep {
   ZeroHarness h;
-  MeasuredStep(Communicator& world, int zero) : h(world, {zero, DdpOptions::Algorithm::kBuiltin, 1, 0}) {
+  MeasuredStep(Communicator& world, int zero, CheckpointPolicy checkpointing = {})
+      : h(world, {zero, DdpOptions::Algorithm::kBuiltin, 1, 0, false, checkpointing}) {
     h.tracker.reset_peaks();
     h.step(random_batch(kShape.V, h.options.batch, kShape.T, 7));
   }
@@ -244,6 +260,18 @@ TEST_CASE("ZeRO-3's state equals the formula and its peak the one-block working 
                     << (static_cast<double>(peak) - static_cast<double>(want)) / (sizeof(float) * block) << " blocks");
   CHECK(peak == want);
   CHECK(got.h.tracker.peak(MemCategory::kGrads) == sizeof(float) * (s.size() + s.embeddings().size() + 2 * block));
+  // Recomputes gather blocks again (every:1 re-runs each block's forward in backward; selective
+  // re-runs its attention): a prefetch that a recompute makes useless must be dropped, so the
+  // peak stays two blocks.
+  for (const char* policy : {"every:1", "selective"}) {
+    MeasuredStep again(world, 3, CheckpointPolicy::parse(policy));
+    const std::size_t peak_again = again.h.tracker.peak(MemCategory::kParams);
+    INFO("with checkpointing " << policy << ": peak parameter bytes " << peak_again << ", want " << want << "; off by "
+                               << (static_cast<double>(peak_again) - static_cast<double>(want)) /
+                                      (sizeof(float) * block)
+                               << " blocks");
+    CHECK(peak_again == want);
+  }
 }
 
 TEST_CASE("bytes each rank sends per step equal the ring's formula: 2 psi (d-1)/d, 3 psi (d-1)/d for stage 3",
@@ -259,12 +287,22 @@ TEST_CASE("bytes each rank sends per step equal the ring's formula: 2 psi (d-1)/
       for (int zero : {1, 2, 3}) {
         const RunSpec spec{zero, algorithm, m, 0};
         ZeroHarness h(world, spec);
+        const CommStats before = h.zero().step_communicator().stats();
         h.step(random_batch(kShape.V, h.options.batch, kShape.T, 3));
         const std::size_t want = zero == 1 ? rs + ag : zero == 2 ? m * rs + ag : m * (rs + 2 * ag);
         const std::size_t sent = h.strategy->step_report().bytes_sent;
         INFO(where(world) << ", " << describe(spec) << ": sent " << sent << " bytes, want " << want
                           << " elements = " << want * sizeof(float) << " bytes");
         CHECK(sent == want * sizeof(float));
+        // Every gather and reduce-scatter goes through the algorithm asked for: the other's rows
+        // (the backend's collectives, or our ring's) count no call in the step.
+        const CommStats& after = h.zero().step_communicator().stats();
+        const bool ring = algorithm == DdpOptions::Algorithm::kRing;
+        for (CommOp op : ring ? std::vector{CommOp::kAllGather, CommOp::kReduceScatter}
+                              : std::vector{CommOp::kRingAllGather, CommOp::kRingReduceScatter}) {
+          INFO(comm_op_name(op) << " calls in the step of a " << (ring ? "ring" : "builtin") << " run");
+          CHECK(after[op].calls - before[op].calls == 0);
+        }
       }
 }
 
