@@ -184,38 +184,44 @@ TEST_CASE("padded vocabulary rows never change the loss and never learn", "[grad
 
 TEST_CASE("the vocab-parallel cross-entropy equals stage 00's on the whole vocabulary", "[graded][tp_vocab]") {
   Communicator& world = test_world();
-  const int t = world.size(), N = 5, V = 29;  // 29 rows of vocabulary: padded for t = 2, 3, 4
-  TpGroup tp;
-  tp.comm = &world;
-  const VocabRange v = vocab_range(V, t, world.rank());
-  std::vector<float> logits(static_cast<std::size_t>(N) * V);
-  // Rows 1 and 3 sit 300 above and below the rest: exp overflows (inf) or underflows (a sum of 0)
-  // unless each row's maximum over all ranks is subtracted first (softmax does not change).
-  const float row_offset[N] = {0.0f, 300.0f, 0.0f, -300.0f, 0.0f};
-  for (std::size_t i = 0; i < logits.size(); ++i)
-    logits[i] = std::sin(0.7f * static_cast<float>(i)) * 4.0f + row_offset[i / V];
-  const std::vector<int> targets = {0, 28, 13, 14, 7};
-  std::vector<float> probs(logits.size()), losses(N);
-  const float want = crossentropy_forward(probs.data(), losses.data(), logits.data(), targets.data(), N, V);
-  std::vector<float> mine(static_cast<std::size_t>(N) * v.local, -1e30f), my_probs(mine.size()), my_losses(N);
-  for (int i = 0; i < N; ++i)
-    std::copy(logits.begin() + i * V + v.begin, logits.begin() + i * V + v.begin + v.real(),
-              mine.begin() + i * v.local);
-  const float got = vocab_parallel_cross_entropy_forward(tp, my_probs.data(), my_losses.data(), mine.data(),
-                                                         targets.data(), v, N);
-  INFO(where(world) << ": mean loss " << got << ", stage 00's " << want);
-  CHECK(std::fabs(got - want) <= 1e-6f * std::fabs(want));
-  CHECK_MATCH(compare_close("per-row losses", my_losses.data(), losses.data(), N, 1e-6, 1e-7));
-  REQUIRE(tp.ledger.size() == 3);  // max, target logit, sum of exponentials
-  std::vector<float> dlogits(mine.size()), want_d(logits.size());
-  crossentropy_backward(want_d.data(), probs.data(), targets.data(), 0.2f, N, V);
-  vocab_parallel_cross_entropy_backward(dlogits.data(), my_probs.data(), targets.data(), v, 0.2f, N);
-  CHECK(tp.ledger.size() == 3);  // none in backward
-  for (int i = 0; i < N; ++i) {
-    INFO("row " << i);
-    CHECK_MATCH(compare_close("dlogits, this rank's columns", dlogits.data() + i * v.local,
-                              want_d.data() + i * V + v.begin, static_cast<std::size_t>(v.real()), 1e-5, 1e-7));
-    for (int j = v.real(); j < v.local; ++j) CHECK(dlogits[static_cast<std::size_t>(i) * v.local + j] == 0.0f);
+  const int t = world.size(), N = 5;
+  // 29 rows of vocabulary: padded for t = 2, 3, 4. 4 rows on 3 ranks: blocks of 2, so the last
+  // rank holds padding only (its real() is 0).
+  for (const int V : {29, 4}) {
+    TpGroup tp;
+    tp.comm = &world;
+    const VocabRange v = vocab_range(V, t, world.rank());
+    std::vector<float> logits(static_cast<std::size_t>(N) * V);
+    // Rows 1 and 3 sit 300 above and below the rest: exp overflows (inf) or underflows (a sum of
+    // 0) unless each row's maximum over all ranks is subtracted first (softmax does not change).
+    const float row_offset[N] = {0.0f, 300.0f, 0.0f, -300.0f, 0.0f};
+    for (std::size_t i = 0; i < logits.size(); ++i)
+      logits[i] = std::sin(0.7f * static_cast<float>(i)) * 4.0f + row_offset[i / V];
+    const std::vector<int> targets = {0, V - 1, V / 2, V / 2 + 1, V - 2};
+    std::vector<float> probs(logits.size()), losses(N);
+    const float want = crossentropy_forward(probs.data(), losses.data(), logits.data(), targets.data(), N, V);
+    // The padding columns hold a value that would win any maximum they entered.
+    std::vector<float> mine(static_cast<std::size_t>(N) * v.local, 1e30f), my_probs(mine.size()), my_losses(N);
+    for (int i = 0; i < N; ++i)
+      std::copy(logits.begin() + i * V + v.begin, logits.begin() + i * V + v.begin + v.real(),
+                mine.begin() + i * v.local);
+    const float got = vocab_parallel_cross_entropy_forward(tp, my_probs.data(), my_losses.data(), mine.data(),
+                                                           targets.data(), v, N);
+    INFO(where(world) << ", V " << V << ": this rank's columns [" << v.begin << ", " << v.begin + v.local << "), "
+                      << v.real() << " real; mean loss " << got << ", stage 00's " << want);
+    CHECK(std::fabs(got - want) <= 1e-6f * std::fabs(want));
+    CHECK_MATCH(compare_close("per-row losses", my_losses.data(), losses.data(), N, 1e-6, 1e-7));
+    REQUIRE(tp.ledger.size() == 3);  // max, target logit, sum of exponentials
+    std::vector<float> dlogits(mine.size()), want_d(logits.size());
+    crossentropy_backward(want_d.data(), probs.data(), targets.data(), 0.2f, N, V);
+    vocab_parallel_cross_entropy_backward(dlogits.data(), my_probs.data(), targets.data(), v, 0.2f, N);
+    CHECK(tp.ledger.size() == 3);  // none in backward
+    for (int i = 0; i < N; ++i) {
+      INFO("row " << i);
+      CHECK_MATCH(compare_close("dlogits, this rank's columns", dlogits.data() + i * v.local,
+                                want_d.data() + i * V + v.begin, static_cast<std::size_t>(v.real()), 1e-5, 1e-7));
+      for (int j = v.real(); j < v.local; ++j) CHECK(dlogits[static_cast<std::size_t>(i) * v.local + j] == 0.0f);
+    }
   }
 }
 
