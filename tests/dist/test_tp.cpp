@@ -201,7 +201,11 @@ TEST_CASE("the vocab-parallel cross-entropy equals stage 00's on the whole vocab
     std::vector<float> probs(logits.size()), losses(N);
     const float want = crossentropy_forward(probs.data(), losses.data(), logits.data(), targets.data(), N, V);
     // The padding columns hold a value that would win any maximum they entered.
-    std::vector<float> mine(static_cast<std::size_t>(N) * v.local, 1e30f), my_probs(mine.size()), my_losses(N);
+    // The outputs run on past their N rows with guard values, which must stay.
+    constexpr std::size_t kGuards = 8;
+    constexpr float kGuard = 7.5f;
+    std::vector<float> mine(static_cast<std::size_t>(N) * v.local, 1e30f), my_probs(mine.size() + kGuards, kGuard),
+        my_losses(N);
     for (int i = 0; i < N; ++i)
       std::copy(logits.begin() + i * V + v.begin, logits.begin() + i * V + v.begin + v.real(),
                 mine.begin() + i * v.local);
@@ -212,10 +216,12 @@ TEST_CASE("the vocab-parallel cross-entropy equals stage 00's on the whole vocab
     CHECK(std::fabs(got - want) <= 1e-6f * std::fabs(want));
     CHECK_MATCH(compare_close("per-row losses", my_losses.data(), losses.data(), N, 1e-6, 1e-7));
     REQUIRE(tp.ledger.size() == 3);  // max, target logit, sum of exponentials
-    std::vector<float> dlogits(mine.size()), want_d(logits.size());
+    std::vector<float> dlogits(mine.size() + kGuards, kGuard), want_d(logits.size());
     crossentropy_backward(want_d.data(), probs.data(), targets.data(), 0.2f, N, V);
     vocab_parallel_cross_entropy_backward(dlogits.data(), my_probs.data(), targets.data(), v, 0.2f, N);
-    CHECK(tp.ledger.size() == 3);  // none in backward
+    CHECK(tp.ledger.size() == 3);                                                          // none in backward
+    CHECK(std::count(my_probs.begin() + mine.size(), my_probs.end(), kGuard) == kGuards);  // nothing past N rows
+    CHECK(std::count(dlogits.begin() + mine.size(), dlogits.end(), kGuard) == kGuards);
     for (int i = 0; i < N; ++i) {
       INFO("row " << i);
       CHECK_MATCH(compare_close("dlogits, this rank's columns", dlogits.data() + i * v.local,
