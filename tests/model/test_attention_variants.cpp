@@ -243,6 +243,35 @@ TEST_CASE("attention_chunked_forward matches naive attention: out and lse", "[gr
   check_every_shape(Kernel::kChunked, Pass::kForward);
 }
 
+// Scores far outside exp's range in float (about +-88): every query's scores climb by 3 per key
+// up to 117, then drop to -150. The running maximum must follow the climb (exp(s - m) <= 1 in
+// every chunk: without it exp(174) overflows) and keep its largest value when a chunk's maximum
+// falls (rescaling by exp(m_old - m_new) with m_new the later chunk's own maximum would be
+// exp(267)). The naive attention subtracts each row's maximum, so it has none of these problems.
+TEST_CASE("attention_chunked_forward keeps a running maximum: scores of +-150 in float",
+          "[graded][attention_chunked_forward]") {
+  const Shape s{1, 65, 8, 2};
+  const int hs = s.C / s.NH, C3 = 3 * s.C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  std::vector<float> qkv = random_vec<float>(static_cast<std::size_t>(s.T) * C3, 7);  // v stays random
+  for (int u = 0; u < s.T; ++u) {
+    const float w = u < 40 ? 3.0f * static_cast<float>(u) : -150.0f;  // the score of key u, for every query
+    for (int c = 0; c < s.C; ++c) {
+      qkv[static_cast<std::size_t>(u) * C3 + c] = 1.0f;                                        // q
+      qkv[static_cast<std::size_t>(u) * C3 + s.C + c] = w / (scale * static_cast<float>(hs));  // k
+    }
+  }
+  const auto dout = random_vec<float>(static_cast<std::size_t>(s.T) * s.C, 8);
+  const Naive<float> naive = run_naive(qkv, dout, s);
+  for (int chunk : kChunks) {
+    INFO(describe(s) << ", chunk " << chunk << ", float, scores from -150 to 117");
+    std::vector<float> out(static_cast<std::size_t>(s.T) * s.C, kNaN<float>), lse(s.NH * s.T, kNaN<float>),
+        scratch(attention_chunked_scratch_elems(chunk), kNaN<float>);
+    attention_chunked_forward(out.data(), lse.data(), scratch.data(), qkv.data(), s.B, s.T, s.C, s.NH, chunk);
+    check_against_naive(Pass::kForward, out, lse, {}, qkv, naive, s);
+  }
+}
+
 TEST_CASE("attention_chunked_backward matches naive attention: dq, dk, dv", "[attention][attention_chunked]") {
   check_every_shape(Kernel::kChunked, Pass::kBackward);
 }
