@@ -16,9 +16,10 @@ A mutant is the reference solution of the lab with one change inside one of its
 
 Each mutant is graded exactly as a submission (tools/grade.py NN --student-dir), one graded test at
 a time (those of the mutated function first) until it loses one, or all at once with --whole (the
-score, slower). Every test's time limit is capped at --time-limit seconds (a mutant that hangs
-costs that, not the test's full limit). A mutant is *killed* when it loses points, *survives* when
-it keeps full marks, and is *not compiled* when its build fails. A survivor is either a mistake no graded test notices (write a
+score, slower). The time limit of every test in tests/grading is capped at --time-limit seconds
+(a mutant that hangs costs that, not the test's full limit; hidden tests keep their own limits).
+A mutant is *killed* when it loses points, *survives* when it keeps full marks, and is *not
+compiled* when its build fails. A survivor is either a mistake no graded test notices (write a
 test, or a hidden test, that does) or an equivalent change (the same program: nothing to do).
 
 Exit status: 0 when every mutant was graded (whatever the verdicts), 2 for a bad argument.
