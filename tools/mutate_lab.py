@@ -39,7 +39,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import labgen  # noqa: E402  (the lab table and the index of lab regions)
+import grade  # noqa: E402  (the graded tests' loader)
+import labgen  # noqa: E402  (the lab table, the index of lab regions, the C++ scanning helpers)
 
 KINDS = ("delete", "operator")
 
@@ -81,18 +82,6 @@ def _one_line(text: str, limit: int = 90) -> str:
     return flat if len(flat) <= limit else flat[:limit - 3] + "..."
 
 
-def _matching_brace(clean: str, open_pos: int, stop: int) -> int:
-    depth = 0
-    for i in range(open_pos, stop):
-        if clean[i] == "{":
-            depth += 1
-        elif clean[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return i
-    return -1
-
-
 def statements(clean: str, start: int, stop: int) -> list[tuple[int, int]]:
     """(first, past-the-end) offsets of the statements in clean[start:stop] that can be left out:
     plain statements ending in `;` outside parentheses, and control statements with their body
@@ -115,8 +104,8 @@ def statements(clean: str, start: int, stop: int) -> list[tuple[int, int]]:
             first = None
         elif paren == 0 and c == "{":
             if first is not None and CONTROL.match(clean[first:i]):
-                close = _matching_brace(clean, i, stop)
-                if close > 0 and not re.match(r"\s*else\b", clean[close + 1:stop]):
+                close = labgen._match_forward(clean, i, "{", "}")
+                if i < close < stop and not re.match(r"\s*else\b", clean[close + 1:stop]):
                     found.append((first, close + 1))
             first = None
         elif paren == 0 and c == "}":
@@ -169,13 +158,12 @@ def mutants_of_file(text: str, rel: str, regions: list[labgen.Region], kinds: tu
     return out
 
 
-def lab_mutants(root: Path, lab: str, kinds: tuple[str, ...], functions: set[str] | None) -> list[Mutant]:
+def lab_mutants(root: Path, regions: list[labgen.Region], kinds: tuple[str, ...]) -> list[Mutant]:
+    """The mutants of these regions (of reference/), numbered from 1 in file order."""
     out: list[Mutant] = []
-    for rel, regions in sorted(labgen.scan_reference(root / "reference").items()):
-        mine = [r for r in regions if r.lab == lab and (not functions or r.function in functions)]
-        if mine:
-            text = (root / "reference" / rel).read_text(encoding="utf-8")
-            out += mutants_of_file(text, rel, mine, kinds, first_number=len(out) + 1)
+    for rel in sorted({r.rel for r in regions}):
+        text = (root / "reference" / rel).read_text(encoding="utf-8")
+        out += mutants_of_file(text, rel, [r for r in regions if r.rel == rel], kinds, first_number=len(out) + 1)
     return out
 
 
@@ -199,20 +187,11 @@ class Verdict:
     score: str = ""    # with --whole: "score/possible"
 
 
-def lab_tests(grading: Path, hidden: list[Path], lab: str) -> list[dict]:
-    tests = []
-    for directory in [grading, *hidden]:
-        for path in sorted(directory.glob("*.json")):
-            tests += [t for t in json.loads(path.read_text(encoding="utf-8")).get("tests", []) if t.get("lab") == lab]
-    return tests
-
-
-def likely_first(tests: list[dict], function: str) -> list[dict]:
+def likely_first(tests: list[grade.GradedTest], function: str) -> list[grade.GradedTest]:
     """The tests of the mutated function first, then those that use it, then the rest; the
     shorter time limit first within each."""
-    def rank(t: dict) -> tuple[int, float]:
-        group = 0 if function in t.get("functions", []) else 1 if function in t.get("uses", []) else 2
-        return group, float(t.get("timeout", 0))
+    def rank(t: grade.GradedTest) -> tuple[int, float]:
+        return (0 if function in t.functions else 1 if function in t.uses else 2), t.timeout
     return sorted(tests, key=rank)
 
 
@@ -231,7 +210,7 @@ def run_grader(root: Path, lab: str, submission: Path, results: Path, grading: P
 
 
 def grade_mutant(root: Path, lab: str, m: Mutant, files: list[str], work: Path, args: argparse.Namespace,
-                 grading: Path, tests: list[dict]) -> Verdict:
+                 grading: Path, tests: list[grade.GradedTest]) -> Verdict:
     """Grades the mutant test by test, the likeliest to fail first, and stops at the first test it
     loses; with --whole, in one run of every test (its score, but slower: every hang is waited for)."""
     submission = work / "submission"
@@ -243,9 +222,9 @@ def grade_mutant(root: Path, lab: str, m: Mutant, files: list[str], work: Path, 
     started = time.monotonic()
     done: set[str] = set()
     for t in ([None] if args.whole else likely_first(tests, m.function)):
-        if t is not None and t["name"] in done:
+        if t is not None and t.name in done:
             continue
-        data = run_grader(root, lab, submission, work / "results.json", grading, args, t and t["name"])
+        data = run_grader(root, lab, submission, work / "results.json", grading, args, t and t.name)
         seconds = time.monotonic() - started
         ran = data.get("tests", []) if data else []
         if not data or any(r["name"] == "build" for r in ran):
@@ -312,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mutate_lab: --functions {', '.join(unknown)}: not a function of lab {lab}; its functions are "
               f"{', '.join(sorted({r.function for r in regions}))}", file=sys.stderr)
         return 2
-    mutants = lab_mutants(root, lab, kinds, wanted or None)
+    mutants = lab_mutants(root, [r for r in regions if not wanted or r.function in wanted], kinds)
     if args.list:
         for m in mutants:
             print(f"{m.number:4d} {m.kind:8s} {m.function:28s} reference/{m.rel}:{m.line}  {m.describe()}")
@@ -324,7 +303,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix=f"mutate-{lab}-") as tmp:
         work = Path(tmp)
         capped_grading_dir(root, work / "grading", args.time_limit)
-        tests = lab_tests(work / "grading", args.hidden_tests, lab)
+        try:
+            tests = [t for t in grade.load_tests([work / "grading"], args.hidden_tests) if t.lab == lab]
+        except grade.GradingError as e:
+            print(f"mutate_lab: {e}", file=sys.stderr)
+            return 2
         for m in mutants:
             v = grade_mutant(root, lab, m, files, work, args, work / "grading", tests)
             verdicts.append(v)

@@ -97,9 +97,10 @@ class GeneratorTest(unittest.TestCase):
             self.assertNotEqual(changed, SOURCE)
 
     def test_every_lab_has_mutants_of_both_kinds(self):
+        regions = labgen.all_regions(ROOT / "reference")
         for lab in labgen.LAB_DIRS:
             for kind in mutate_lab.KINDS:
-                found = mutate_lab.lab_mutants(ROOT, lab, (kind,), None)
+                found = mutate_lab.lab_mutants(ROOT, [r for r in regions if r.lab == lab], (kind,))
                 self.assertGreater(len(found), 0, f"lab {lab} has no {kind} mutant")
                 self.assertTrue(all(m.kind == kind for m in found))
                 self.assertEqual([m.number for m in found], list(range(1, len(found) + 1)))
@@ -173,8 +174,10 @@ class VerdictTest(unittest.TestCase):
             (root / "tools" / "grade.py").write_text(FAKE_GRADER)
             (root / "tests" / "grading").mkdir(parents=True)
             (root / "tests" / "grading" / "lab00.json").write_text(json.dumps({"tests": [
-                {"name": "lab00.a", "lab": "00", "points": 2, "timeout": 300, "functions": ["f"]},
-                {"name": "lab00.b", "lab": "00", "points": 1, "timeout": 20, "functions": ["f"]}]}))
+                {"name": "lab00.a", "lab": "00", "points": 2, "timeout": 300, "binary": "t", "spec": "[a]",
+                 "functions": ["f"]},
+                {"name": "lab00.b", "lab": "00", "points": 1, "timeout": 20, "binary": "t", "spec": "[b]",
+                 "functions": ["f"]}]}))
             report = root / "report.md"
             code, out, err = run_main("00", "--source-dir", str(root), "--time-limit", "30", "--report", str(report))
             self.assertEqual(code, 0, err)
@@ -204,6 +207,18 @@ class VerdictTest(unittest.TestCase):
             self.assertEqual([(r[4], r[5], r[6]) for r in rows[1:]],
                              [("killed", "2/3", "lab00.b |"), ("**survived**", "3/3", " |")], out)
             self.assertEqual((build / "runs.txt").read_text().split(), ["all", "all"])
+
+            # A hidden-test list the grader would refuse: one error naming the file, nothing graded.
+            hidden = root / "hidden"
+            hidden.mkdir()
+            (hidden / "lab00-hidden.json").write_text('{"tests": [{"name": "lab00.h", "lab": "00"}]}')
+            (build / "runs.txt").unlink()
+            code, _, err = run_main("00", "--source-dir", str(root), "--hidden-tests", str(hidden))
+            self.assertEqual(code, 2)
+            self.assertIn("mutate_lab: ", err)
+            self.assertIn("lab00-hidden.json", err)
+            self.assertNotIn("Traceback", err)
+            self.assertFalse((build / "runs.txt").exists())
 
 
 if __name__ == "__main__":
