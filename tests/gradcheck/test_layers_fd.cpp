@@ -27,15 +27,6 @@ constexpr double kTol = 1e-6;
 // Guard values after a buffer's n elements, which an element-wise backward must leave alone.
 constexpr std::size_t kGuards = 4;
 constexpr double kGuard = 7.5;
-bool guards_intact(const Vec& v, std::size_t n) {
-  for (std::size_t i = n; i < v.size(); ++i) {
-    if (v[i] != kGuard) {
-      UNSCOPED_INFO("element " << i << ", past the " << n << " given, was written: " << v[i]);
-      return false;
-    }
-  }
-  return true;
-}
 }  // namespace
 
 TEST_CASE("encoder_backward matches finite differences", "[graded][fd_encoder]") {
@@ -183,7 +174,7 @@ TEST_CASE("gelu_backward matches finite differences", "[graded][fd_gelu]") {
   inp_g.resize(N * C + kGuards, 1.0);
   w_g.resize(N * C + kGuards, 1.0);
   gelu_backward(dinp_g.data(), w_g.data(), inp_g.data(), N * C);
-  CHECK(guards_intact(dinp_g, N * C));
+  CHECK_MATCH(compare_guards("dinp", dinp_g, N * C, kGuard));
 }
 
 TEST_CASE("residual_backward matches finite differences", "[graded][fd_residual]") {
@@ -202,8 +193,8 @@ TEST_CASE("residual_backward matches finite differences", "[graded][fd_residual]
   Vec da_g(N * C + kGuards, kGuard), db_g(N * C + kGuards, kGuard), w_g = w;
   w_g.resize(N * C + kGuards, 1.0);
   residual_backward(da_g.data(), db_g.data(), w_g.data(), N * C);
-  CHECK(guards_intact(da_g, N * C));
-  CHECK(guards_intact(db_g, N * C));
+  CHECK_MATCH(compare_guards("da", da_g, N * C, kGuard));
+  CHECK_MATCH(compare_guards("db", db_g, N * C, kGuard));
 }
 
 TEST_CASE("crossentropy_backward matches finite differences of the mean loss", "[graded][fd_crossentropy]") {

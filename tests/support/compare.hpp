@@ -7,6 +7,7 @@
 #include <cstring>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace scalelab_test {
 
@@ -88,6 +89,16 @@ Comparison compare_bitwise(const std::string& what, const F* got, const F* want,
     }
   }
   return c;
+}
+
+// A buffer that runs on past the n elements a function was given, filled with `guard`: every
+// element past n must still hold it bitwise, or the function wrote past its end (the message
+// names the first such element, counted from n, and what it holds).
+template <typename F>
+Comparison compare_guards(const std::string& what, const std::vector<F>& buffer, std::size_t n, F guard) {
+  const std::vector<F> guards(buffer.size() - n, guard);
+  return compare_bitwise(what + ": the guard values past its " + std::to_string(n) + " elements", buffer.data() + n,
+                         guards.data(), guards.size());
 }
 
 }  // namespace scalelab_test
