@@ -7,6 +7,8 @@ results.json.
     python3 tools/grade.py 00 --reference           the reference solution (instructors: full marks)
     python3 tools/grade.py 00 --student-dir SUB     a submission (files found by path or by name)
     python3 tools/grade.py 00 --results results.json --hidden-tests /path/to/hidden
+    python3 tools/grade.py 00 --sanitize            under AddressSanitizer + UBSan (catches what
+                                                    the numbers cannot: a write past an array)
 
 The graded tests, their points and time limits come from tests/grading/*.json (and *.json in each
 --hidden-tests directory); format in tests/grading/README.md. Each test runs as
@@ -51,6 +53,8 @@ NONCE_ENV = "SCALELAB_GRADE_NONCE"      # the run's secret: the test main takes 
 RESULTS_ENV = "SCALELAB_GRADE_RESULTS"  # where each rank writes <path>.<rank>
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+SANITIZE_PRESET = "debug-asan"   # --sanitize builds with this configure preset's cache variables
+SANITIZE_TIME_SCALE = 4          # --sanitize multiplies every time limit by this (see sanitize_tests)
 
 
 class GradingError(Exception):
@@ -300,7 +304,7 @@ MPI_SIGNAL_RE = re.compile(r"exited on signal (\d+) \(([^)]*)\)")
 CATCH_SIGNAL_RE = re.compile(r"due to a fatal error condition:\s*\n\s*(SIG[A-Z]+)")
 # AddressSanitizer's "==123==ERROR: AddressSanitizer: heap-buffer-overflow on address ..." and
 # UndefinedBehaviorSanitizer's "path/file.cpp:12:5: runtime error: ...".
-ASAN_RE = re.compile(r"ERROR: (AddressSanitizer|LeakSanitizer): ([\w-]+)")
+ASAN_RE = re.compile(r"ERROR: (AddressSanitizer|LeakSanitizer): ([\w-]+(?: memory leaks)?)")
 UBSAN_RE = re.compile(r"^(\S+?):(\d+):\d+: runtime error: (.*)$", re.M)
 # A stack frame of a sanitizer report: "    #3 0x55d0c0 in scalelab::layernorm_backward(...) /src/labs/x.cpp:42:7".
 FRAME_RE = re.compile(r"^\s*#\d+ 0x[0-9a-f]+ in (.+?) (/\S+?:\d+)(?::\d+)?\s*$", re.M)
@@ -497,6 +501,22 @@ def sanitizer_report(output: str, renames: dict[str, str] | None = None) -> tupl
     return "", ""
 
 
+def sanitizer_advice(what: str) -> str:
+    """What a sanitizer report of this kind usually means in a lab's code."""
+    if what.startswith("LeakSanitizer"):
+        return ("Memory was allocated (new, malloc) and never freed; the frame named is where it was allocated. "
+                "Hold it in a std::vector or a Buffer, which free themselves.")
+    if "use-after" in what or "use-of-uninitialized" in what:
+        return ("That line uses memory after its owner freed it: a pointer or reference kept into a vector that "
+                "was resized or destroyed, or into a local that has gone out of scope.")
+    if what.startswith("UndefinedBehaviorSanitizer"):
+        return ("That line does something the language leaves undefined (a signed integer overflow, a shift by "
+                "too much, an index past a fixed-size array, a misaligned or null pointer).")
+    return ("That line (or the index computed just before it) reads or writes outside an array, often one "
+            "element past its end (a loop to i <= n); check its indices against the shape comments. It can "
+            "pass without the sanitizer when the extra write lands in memory the test never checks.")
+
+
 def judge(test: GradedTest, run: RunResult, where: WhereToLook, verdict: Verdict | None = None,
           renames: dict[str, str] | None = None) -> Outcome:
     out = run.output
@@ -525,6 +545,10 @@ def judge(test: GradedTest, run: RunResult, where: WhereToLook, verdict: Verdict
         why = ("The test reported that it cannot run here (exit code 77: no GPU on this machine). It earns no "
                "points here; it is graded where a GPU is present.")
         short = "needs a GPU; not run here"
+    elif sanitizer:
+        # Before the signals: the report says more than the signal it ends with (a SEGV under ASan,
+        # or the other ranks' SIGTERM from mpiexec after one rank's report).
+        status = "crashed (sanitizer)"
     elif run.returncode is not None and run.returncode < 0:
         status = f"crashed ({signal_name(-run.returncode)})"
     elif MPI_SIGNAL_RE.search(out):
@@ -532,8 +556,6 @@ def judge(test: GradedTest, run: RunResult, where: WhereToLook, verdict: Verdict
         status = f"crashed ({signal_name(int(m.group(1)))})"
     elif CATCH_SIGNAL_RE.search(out):
         status = f"crashed ({CATCH_SIGNAL_RE.search(out).group(1)})"
-    elif sanitizer:
-        status = "crashed (sanitizer)"
     elif run.returncode == 0 and verdict.ok:
         status = "passed"
     elif "No test cases matched" in out:
@@ -552,10 +574,7 @@ def judge(test: GradedTest, run: RunResult, where: WhereToLook, verdict: Verdict
     if status == "crashed (sanitizer)":
         short = sanitizer + (f" in {sanitizer_at}" if sanitizer_at else "")
         why = (f"The sanitizer build stopped the test: {sanitizer}" + (f", in {sanitizer_at}" if sanitizer_at else "")
-               + ". "
-               "That line (or the index computed just before it) reads or writes outside an array, or does "
-               "arithmetic the language leaves undefined; check its indices against the shape comments. "
-               "The whole report is in this test's output in results.json.")
+               + ". " + sanitizer_advice(sanitizer) + " The whole report is in this test's output in results.json.")
     elif status.startswith("crashed"):
         why = (f"The test process died with {status[9:-1]}. Typical causes: reading or writing outside an "
                f"array (check every index against the shape comments), a null pointer, or an exception thrown "
@@ -811,6 +830,47 @@ def build(source: Path, build_dir: Path, cmake_defs: dict[str, str], cmake_args:
             why = "timed out" if run.timed_out else f"exit status {run.returncode}"
             return BuildResult(False, f"The build failed ({why}):\n{run.output}", {}, time.monotonic() - start)
     return BuildResult(True, "", {t: binaries[t] for t in wanted}, time.monotonic() - start)
+
+
+# ----------------------------------------------------------------------------------------------
+# Grading under the sanitizers (--sanitize)
+#
+# A loop that runs one element too far can write into memory the test does not own (a vector of
+# the student's own, the model's next tensor) and still give every right number: only the
+# sanitizers see it. --sanitize builds as CI's sanitizer job does and runs every test under
+# AddressSanitizer and UndefinedBehaviorSanitizer, so such a test fails with the report's first
+# frame in labs/.
+
+def sanitize_cache_variables(source: Path) -> dict[str, str]:
+    """The debug-asan configure preset's cache variables (CMakePresets.json): one place says how
+    a sanitizer build is made, for CI's sanitizer job and for the grader alike."""
+    path = source / "CMakePresets.json"
+    try:
+        presets = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise GradingError(f"--sanitize reads the {SANITIZE_PRESET} preset from {path}: {e}") from e
+    for preset in presets.get("configurePresets", []):
+        if preset.get("name") == SANITIZE_PRESET:
+            return {k: str(v) for k, v in preset.get("cacheVariables", {}).items()}
+    raise GradingError(f"--sanitize: {path} has no configure preset named {SANITIZE_PRESET!r}")
+
+
+def sanitize_tests(tests: list[GradedTest]) -> list[GradedTest]:
+    """The tests with their time limits multiplied by SANITIZE_TIME_SCALE: the sanitizer build
+    (-O1, every access checked) runs the graded tests about 1.5-3 times slower than the release
+    build (docs/instructors.md has the measurement), and a limit must not turn that into a hang."""
+    return [dataclasses.replace(t, timeout=t.timeout * SANITIZE_TIME_SCALE) for t in tests]
+
+
+def sanitize_env(env: dict, ranks: int) -> dict:
+    """The sanitizers' options for one test, as CI's sanitizer job sets them (CMakePresets.json's
+    test preset, cmake/ScalelabTesting.cmake): leaks are checked in single-process tests only,
+    since OpenMPI's plugins leave allocations LeakSanitizer can neither attribute nor suppress.
+    Options already in the environment come last and win."""
+    asan = f"detect_leaks={0 if ranks else 1}"
+    ubsan = "print_stacktrace=1"
+    return dict(env, ASAN_OPTIONS=":".join(filter(None, [asan, env.get("ASAN_OPTIONS", "")])),
+                UBSAN_OPTIONS=":".join(filter(None, [ubsan, env.get("UBSAN_OPTIONS", "")])))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1086,9 +1146,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="with --expect-lose: a test (name or prefix) that covers FUNCTION but that this mistake cannot "
                         "reach (a memory test, for a wrong sum): it must pass; repeatable")
     p.add_argument("--skip-unlinked", action="store_true",
-                   help="for CI, with --expect-lose and --student-dir: do not run the tests whose binary does not link "
-                        "any file in which the submission differs from reference/ (they run the reference's code, "
-                        "which CI has graded full marks already); they show as 'skipped (unaffected)'")
+                   help="for CI, with --expect-lose or --expect full, and --student-dir: do not run the tests whose "
+                        "binary does not link any file in which the submission differs from reference/ (they run the "
+                        "reference's code, which CI has graded full marks already); they show as 'skipped "
+                        "(unaffected)'")
+    p.add_argument("--sanitize", action="store_true",
+                   help="build with AddressSanitizer and UndefinedBehaviorSanitizer (the debug-asan preset's settings; "
+                        "default build dir build/grade-NN-sanitize) and run every test under them, with its time "
+                        f"limit x{SANITIZE_TIME_SCALE}: a read or write outside an array, a use after free, a leak or "
+                        "undefined behaviour fails the test even when every number comes out right")
     p.add_argument("--quiet", action="store_true", help="print only the table, not the hints")
     return p.parse_args(argv)
 
@@ -1104,23 +1170,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.reference and args.student_dir:
         print("grade: --reference and --student-dir exclude each other", file=sys.stderr)
         return 2
-    if args.skip_unlinked and not (args.expect_lose and args.student_dir and not args.no_build):
-        print("grade: --skip-unlinked needs --expect-lose and --student-dir (and a build)", file=sys.stderr)
+    if args.skip_unlinked and not ((args.expect_lose or args.expect == "full") and args.student_dir
+                                   and not args.no_build):
+        print("grade: --skip-unlinked needs --expect-lose or --expect full, and --student-dir (and a build)",
+              file=sys.stderr)
         return 2
     if args.expect_keep and not args.expect_lose:
         print("grade: --expect-keep needs --expect-lose", file=sys.stderr)
         return 2
     # One build directory per lab: switching labs then rebuilds only what changed since that
     # lab's last grading, not every file the other lab swapped.
-    build_dir = (args.build_dir or source / "build" / f"grade-{lab}").resolve()
+    build_dir = (args.build_dir or source / "build" / f"grade-{lab}{'-sanitize' if args.sanitize else ''}").resolve()
     results_path = (args.results or build_dir / "results.json").resolve()
     grading_dirs = [d.resolve() for d in (args.grading_dir or [source / "tests" / "grading"])]
     hidden = [d.resolve() for d in args.hidden_tests]
     try:
         lab_tests = [t for t in load_tests(grading_dirs, hidden) if t.lab == lab]
+        sanitize_defs = sanitize_cache_variables(source) if args.sanitize and not args.no_build else {}
     except GradingError as e:
         print(f"grade: {e}", file=sys.stderr)
         return 2
+    if args.sanitize:
+        lab_tests = sanitize_tests(lab_tests)
     tests, unmatched = select_tests(lab_tests, args.only)
     if unmatched:  # before building or writing anything: a typo must not grade (and save) nothing
         print(f"grade: --only {', '.join(unmatched)}: no graded test of lab {lab} has this name or prefix. "
@@ -1133,7 +1204,8 @@ def main(argv: list[str] | None = None) -> int:
     total_possible = sum(t.points for t in tests)
     what = "the reference solution" if args.reference else (
         f"the submission in {args.student_dir}" if args.student_dir else f"labs/{labgen.LAB_DIRS[lab]}")
-    title = f"Lab {lab} ({labgen.LAB_DIRS[lab]}): {what}, {len(tests)} graded tests"
+    title = (f"Lab {lab} ({labgen.LAB_DIRS[lab]}): {what}, {len(tests)} graded tests"
+             + (" under AddressSanitizer and UBSan" if args.sanitize else ""))
     notes: list[str] = []
 
     build_failed: str | None = None
@@ -1145,7 +1217,7 @@ def main(argv: list[str] | None = None) -> int:
         bin_dir = (args.bin_dir or build_dir / "tests").resolve()
         binaries = {t.binary: bin_dir / t.binary for t in tests if (bin_dir / t.binary).exists()}
     else:
-        defs = {"SCALELAB_LABS": "none" if args.reference else lab}
+        defs = dict(sanitize_defs, SCALELAB_LABS="none" if args.reference else lab)
         if args.student_dir:
             stage = build_dir / f"student-lab{lab}"
             notes = stage_student_files(lab, source, args.student_dir.resolve(), stage)
@@ -1187,6 +1259,8 @@ def main(argv: list[str] | None = None) -> int:
                       flush=True)
                 continue
             run_env = dict(env, **MPI_ENV) if t.ranks else env
+            if args.sanitize:
+                run_env = sanitize_env(run_env, t.ranks)
             try:
                 cmd = test_command(t, binary, mpiexec)
             except GradingError as e:

@@ -6,6 +6,7 @@ ones that still earn full marks.
     python3 tools/mutate_lab.py 05                        grade every mutant of lab 05
     python3 tools/mutate_lab.py 06 --kinds operator --functions tp_vocab_loss
     python3 tools/mutate_lab.py 00 --hidden-tests /path/to/hidden --report lab00-mutants.md
+    python3 tools/mutate_lab.py 06 --sanitize --functions vocab_parallel_cross_entropy_forward
 
 A mutant is the reference solution of the lab with one change inside one of its
 `// LAB NN BEGIN ... END` regions:
@@ -18,7 +19,9 @@ Each mutant is graded exactly as a submission (tools/grade.py NN --student-dir),
 a time (those of the mutated function first) until it loses one, or all at once with --whole (the
 score, slower). The time limit of every test in tests/grading is capped at --time-limit seconds
 (a mutant that hangs costs that, not the test's full limit; hidden tests keep their own limits).
-A mutant is *killed* when it loses points, *survives* when it keeps full marks, and is *not
+With --sanitize every mutant is graded under the sanitizers (grade.py --sanitize, time limits
+x4 after the cap): a loop one element too far is killed there even when it writes where no test
+looks. A mutant is *killed* when it loses points, *survives* when it keeps full marks, and is *not
 compiled* when its build fails. A survivor is either a mistake no graded test notices (write a
 test, or a hidden test, that does) or an equivalent change (the same program: nothing to do).
 
@@ -203,6 +206,8 @@ def run_grader(root: Path, lab: str, submission: Path, results: Path, grading: P
            "--grading-dir", str(grading)]
     for h in args.hidden_tests:
         cmd += ["--hidden-tests", str(h)]
+    if args.sanitize:
+        cmd.append("--sanitize")
     if only:
         cmd += ["--only", only]
     subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
@@ -263,7 +268,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--list", action="store_true", help="print the mutants and exit")
     p.add_argument("--time-limit", type=float, default=60.0, help="cap on every test's time limit, seconds")
     p.add_argument("--hidden-tests", type=Path, action="append", default=[], help="passed on to tools/grade.py")
-    p.add_argument("--build-dir", type=Path, help="default: build/mutate-NN")
+    p.add_argument("--sanitize", action="store_true",
+                   help="grade under AddressSanitizer and UBSan (tools/grade.py --sanitize): a read or write outside "
+                        "an array kills the mutant even where no test looks")
+    p.add_argument("--build-dir", type=Path, help="default: build/mutate-NN (build/mutate-NN-sanitize with --sanitize)")
     p.add_argument("--report", type=Path, help="also write the table (Markdown) to this file")
     p.add_argument("--whole", action="store_true",
                    help="grade every test of every mutant in one run (its score; slower) instead of stopping at the "
@@ -297,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{m.number:4d} {m.kind:8s} {m.function:28s} reference/{m.rel}:{m.line}  {m.describe()}")
         print(f"{len(mutants)} mutants", file=sys.stderr)
         return 0
-    args.build_dir = (args.build_dir or root / "build" / f"mutate-{lab}").resolve()
+    args.build_dir = (args.build_dir or root / "build" / f"mutate-{lab}{'-sanitize' if args.sanitize else ''}").resolve()
     files = sorted({r.rel for r in regions})
     verdicts: list[Verdict] = []
     with tempfile.TemporaryDirectory(prefix=f"mutate-{lab}-") as tmp:

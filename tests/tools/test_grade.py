@@ -350,6 +350,15 @@ class OnlyAndList(unittest.TestCase):
             self.assertIn(name, p.stdout)
         self.assertNotIn("[1/3]", p.stderr)  # nothing ran
 
+    def test_sanitize_multiplies_every_time_limit(self):
+        sys.path.insert(0, str(ROOT / "tools"))
+        import grade
+        plain, sanitized = self.grade("--list"), self.grade("--list", "--sanitize")
+        self.assertEqual(sanitized.returncode, 0, sanitized.stderr)
+        self.assertIn("10 s", plain.stdout)  # entry()'s limit
+        self.assertIn(f"{10 * grade.SANITIZE_TIME_SCALE} s", sanitized.stdout)
+        self.assertNotIn(" 10 s", sanitized.stdout)
+
 
 class GraderBuild(unittest.TestCase):
     """The build path on a tiny CMake project: a compile error gives one failed "build" entry."""
@@ -369,9 +378,16 @@ class GraderBuild(unittest.TestCase):
               add_executable(fake_test broken.cpp)
             else()
               find_package(Catch2 REQUIRED)
+              if(SANITIZE)
+                add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer)
+                add_link_options(-fsanitize=address,undefined)
+              endif()
               add_executable(fake_test ok.cpp)
-              target_include_directories(fake_test PRIVATE SUPPORT)
-              target_link_libraries(fake_test PRIVATE Catch2::Catch2)
+              add_executable(memory_test memory.cpp)
+              foreach(t fake_test memory_test)
+                target_include_directories(${t} PRIVATE SUPPORT)
+                target_link_libraries(${t} PRIVATE Catch2::Catch2)
+              endforeach()
             endif()
             """).replace("SUPPORT", str(ROOT / "tests" / "support")))
         # A real Catch2 runner with the real verdict writer: its HMAC must be what grade.py expects,
@@ -385,6 +401,34 @@ class GraderBuild(unittest.TestCase):
             int main(int argc, char** argv) { return scalelab_test::run_catch_session(argc, argv); }
             """))
         (src / "broken.cpp").write_text("int main() { return undeclared_name_in_student_code; }\n")
+        # --sanitize: the debug-asan preset's cache variables turn the sanitizers on. One test case
+        # writes one float past a vector (right numbers, and silent without the sanitizer: the
+        # write lands in the allocation's padding), one leaks.
+        (src / "CMakePresets.json").write_text(json.dumps({"version": 6, "configurePresets": [
+            {"name": "debug-asan", "cacheVariables": {"SANITIZE": "ON", "CMAKE_BUILD_TYPE": "Debug"}}]}))
+        (src / "memory.cpp").write_text(textwrap.dedent("""\
+            #define CATCH_CONFIG_RUNNER
+            #include <catch2/catch.hpp>
+            #include <vector>
+            #include "graded_results.hpp"
+            volatile int n = 4;
+            int* volatile leaked = nullptr;
+            TEST_CASE("one past", "[graded][oob]") {
+              std::vector<float> v(4, 1.0f);
+              float* p = v.data();
+              for (int i = 0; i <= n; ++i) p[i] = 2.0f;  // one too far
+              CHECK(v[3] == 2.0f);
+            }
+            TEST_CASE("leaks", "[graded][leak]") {
+              leaked = new int[4]{7};
+              CHECK(leaked[0] == 7);
+              leaked = nullptr;
+            }
+            int main(int argc, char** argv) { return scalelab_test::run_catch_session(argc, argv); }
+            """))
+        (src / "grading-memory").mkdir()
+        (src / "grading-memory" / "lab00-m.json").write_text(json.dumps({"tests": [
+            entry("m.oob", "memory_test", spec="[graded][oob]"), entry("m.leak", "memory_test", spec="[graded][leak]")]}))
         (src / "grading" / "lab00-x.json").write_text(json.dumps({"tests": [
             entry("x.one", "fake_test", points=4), entry("x.two", "fake_test", points=6),
             entry("x.empty", "fake_test", points=5, spec="[graded][empty]")]}))
@@ -393,12 +437,30 @@ class GraderBuild(unittest.TestCase):
     def tearDown(self):
         shutil.rmtree(self.tmp)
 
-    def grade(self, *extra):
+    def grade(self, *extra, grading="grading", build="build"):
         results = self.tmp / "results.json"
         p = subprocess.run([sys.executable, str(GRADE), "00", "--source-dir", str(self.src), "--build-dir",
-                            str(self.tmp / "build"), "--grading-dir", str(self.src / "grading"), "--results",
+                            str(self.tmp / build), "--grading-dir", str(self.src / grading), "--results",
                             str(results), "--jobs", "2", *extra], capture_output=True, text=True, timeout=300)
         return p, json.loads(results.read_text())
+
+    def test_sanitize_fails_what_only_the_sanitizers_see(self):
+        plain, data = self.grade(grading="grading-memory")
+        self.assertEqual(plain.returncode, 0, plain.stderr)
+        self.assertEqual(data["score"], 4, plain.stdout)  # the right numbers: full marks without --sanitize
+        p, data = self.grade("--sanitize", grading="grading-memory", build="build-sanitize")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("-DSANITIZE=ON", p.stderr)  # the preset's cache variables reached the configure
+        self.assertIn("under AddressSanitizer and UBSan", p.stdout)
+        self.assertEqual(data["score"], 0, p.stdout)
+        oob, leak = data["tests"]
+        self.assertEqual(oob["status"], "failed")
+        self.assertIn("crashed (sanitizer)", oob["output"])
+        self.assertIn("AddressSanitizer: heap-buffer-overflow", oob["output"])
+        self.assertIn("memory.cpp:10", oob["output"])  # the line of the write
+        self.assertIn("one element past its end", oob["output"])
+        self.assertIn("LeakSanitizer: detected memory leaks", leak["output"])
+        self.assertIn("never freed", leak["output"])
 
     def test_build_then_run(self):
         p, data = self.grade("--cmake-arg=-DBROKEN=OFF")
@@ -483,6 +545,33 @@ class CatchParsing(unittest.TestCase):
         self.assertTrue(grade.first_message(f).startswith("gradient transformer.wpe.weight: MISMATCH"))
 
 
+class SanitizeSettings(unittest.TestCase):
+    """--sanitize builds as the debug-asan preset says and sets the sanitizers' options per test."""
+
+    def test_the_preset_is_read_from_cmake_presets(self):
+        sys.path.insert(0, str(ROOT / "tools"))
+        import grade
+        defs = grade.sanitize_cache_variables(ROOT)
+        self.assertEqual(defs["SCALELAB_SANITIZE"], "ON")
+        self.assertEqual(defs["SCALELAB_CUDA"], "OFF")
+        with tempfile.TemporaryDirectory() as tmp:
+            with self.assertRaisesRegex(grade.GradingError, "CMakePresets.json"):
+                grade.sanitize_cache_variables(Path(tmp))
+            (Path(tmp) / "CMakePresets.json").write_text('{"configurePresets": [{"name": "release"}]}')
+            with self.assertRaisesRegex(grade.GradingError, "no configure preset named 'debug-asan'"):
+                grade.sanitize_cache_variables(Path(tmp))
+
+    def test_leaks_are_checked_in_single_process_tests_only(self):
+        sys.path.insert(0, str(ROOT / "tools"))
+        import grade
+        self.assertEqual(grade.sanitize_env({}, 0)["ASAN_OPTIONS"], "detect_leaks=1")
+        self.assertEqual(grade.sanitize_env({}, 2)["ASAN_OPTIONS"], "detect_leaks=0")
+        mine = grade.sanitize_env({"ASAN_OPTIONS": "detect_leaks=0", "PATH": "/bin"}, 0)
+        self.assertEqual(mine["ASAN_OPTIONS"], "detect_leaks=1:detect_leaks=0")  # the caller's come last, and win
+        self.assertEqual(mine["UBSAN_OPTIONS"], "print_stacktrace=1")
+        self.assertEqual(mine["PATH"], "/bin")
+
+
 class StudentFiles(unittest.TestCase):
     """A submission's files are found by path or by a unique name; others are ignored."""
 
@@ -518,10 +607,6 @@ class StudentFiles(unittest.TestCase):
             self.assertEqual((stage / "model/layers/b.cpp").read_text(), "student b, second try\n")
         finally:
             shutil.rmtree(tmp)
-
-
-if __name__ == "__main__":
-    unittest.main(verbosity=2)
 
 
 class CoverageAccounting(unittest.TestCase):
@@ -673,3 +758,7 @@ class ConfigureOnlyWhenNeeded(unittest.TestCase):
                 self.assertFalse(grade.configured_alike(build, stamp))
             finally:
                 grade.executable_targets = original
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -146,6 +146,7 @@ FAKE_GRADER = textwrap.dedent("""\
     build.mkdir(parents=True, exist_ok=True)
     limits = [t["timeout"] for f in sorted(grading.glob("*.json")) for t in json.loads(f.read_text())["tests"]]
     (build / "limits.json").write_text(json.dumps(limits))
+    (build / "sanitize.txt").write_text(str("--sanitize" in args))
     only = args[args.index("--only") + 1] if "--only" in args else ""
     with open(build / "runs.txt", "a") as runs:
         runs.write((only or "all") + "\\n")
@@ -207,6 +208,13 @@ class VerdictTest(unittest.TestCase):
             self.assertEqual([(r[4], r[5], r[6]) for r in rows[1:]],
                              [("killed", "2/3", "lab00.b |"), ("**survived**", "3/3", " |")], out)
             self.assertEqual((build / "runs.txt").read_text().split(), ["all", "all"])
+            self.assertEqual((build / "sanitize.txt").read_text(), "False")
+
+            # --sanitize reaches the grader, in a build directory of its own.
+            code, _, err = run_main("00", "--source-dir", str(root), "--sanitize", "--functions", "f", "--kinds",
+                                    "delete")
+            self.assertEqual(code, 0, err)
+            self.assertEqual((root / "build" / "mutate-00-sanitize" / "sanitize.txt").read_text(), "True")
 
             # A hidden-test list the grader would refuse: one error naming the file, nothing graded.
             hidden = root / "hidden"

@@ -2,11 +2,12 @@
 """Packs the Gradescope autograder zip for one lab.
 
     python3 tools/gradescope/make_autograder.py 00 -o autograder-lab00.zip \
-        [--hidden-tests /path/outside/the/repo/lab00-hidden] [--cmake-arg=-DSCALELAB_CUDA=OFF]
+        [--hidden-tests /path/outside/the/repo/lab00-hidden] [--cmake-arg=-DSCALELAB_CUDA=OFF] [--sanitize]
 
 The zip holds the committed files of this checkout (git ls-files) with setup.sh and
 run_autograder at its top (Gradescope's layout: the zip is unpacked into /autograder/source),
-a gradescope.conf naming the lab and the cmake arguments, and the hidden tests, if any, under
+a gradescope.conf naming the lab, the cmake arguments and the grader's arguments (--sanitize:
+every submission graded under AddressSanitizer and UBSan), and the hidden tests, if any, under
 hidden-tests/. Standard library only.
 """
 from __future__ import annotations
@@ -55,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-o", "--output", type=Path, help="the zip to write (default: autograder-labNN.zip)")
     p.add_argument("--hidden-tests", type=Path, help="a directory of hidden tests (CMakeLists.txt + *.json)")
     p.add_argument("--cmake-arg", action="append", default=[], help="passed to the grader's cmake configure")
+    p.add_argument("--sanitize", action="store_true",
+                   help="grade every submission under AddressSanitizer and UBSan (tools/grade.py --sanitize): a write "
+                        "past an array fails its test even when the numbers are right; time limits x4")
     args = p.parse_args(argv)
     lab = args.lab.zfill(2)
     if lab not in labgen.LAB_DIRS:
@@ -70,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = args.output or Path(f"autograder-lab{lab}.zip")
     cmake_args = " ".join(shlex.quote("--cmake-arg=" + a) for a in args.cmake_arg)
-    conf = f"# written by tools/gradescope/make_autograder.py\nLAB={lab}\nCMAKE_ARGS={shlex.quote(cmake_args)}\n"
+    grade_args = "--sanitize" if args.sanitize else ""
+    conf = (f"# written by tools/gradescope/make_autograder.py\nLAB={lab}\nCMAKE_ARGS={shlex.quote(cmake_args)}\n"
+            f"GRADE_ARGS={shlex.quote(grade_args)}\n")
     files = tracked_files(ROOT)
     with zipfile.ZipFile(out, "w") as zf:
         for rel in files:
@@ -89,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
                 if path.is_file():
                     add_file(zf, path, "hidden-tests/" + path.relative_to(base).as_posix())
                     hidden += 1
-    print(f"wrote {out}: lab {lab}, {len(files)} repository files, {hidden} hidden-test files")
+    print(f"wrote {out}: lab {lab}, {len(files)} repository files, {hidden} hidden-test files"
+          + (", graded under the sanitizers" if args.sanitize else ""))
     print("Upload it in Gradescope (Configure Autograder > Zip file upload); students submit their "
           f"labs/{labgen.LAB_DIRS[lab]}/ files (by path or by file name).")
     return 0

@@ -9,7 +9,7 @@ export DEBIAN_FRONTEND=noninteractive
 ag=${AUTOGRADER_ROOT:-/autograder}   # overridable, to try the scripts outside Gradescope
 src=$ag/source
 # shellcheck disable=SC1091
-source "$src/gradescope.conf"   # LAB, CMAKE_ARGS
+source "$src/gradescope.conf"   # LAB, CMAKE_ARGS, GRADE_ARGS
 
 apt-get update
 apt-get install -y --no-install-recommends \
@@ -30,9 +30,10 @@ fi
 # Build once now with the lab's skeleton, so that grading a submission recompiles only the
 # student's files (the grader stages them at the same path) and relinks the test binaries.
 empty=$(mktemp -d)
+hidden=()
+[[ -d "$src/hidden-tests" ]] && hidden=(--hidden-tests "$src/hidden-tests")
 # shellcheck disable=SC2086
 python3 "$src/tools/grade.py" "$LAB" --student-dir "$empty" --build-dir "$ag/build" \
-  --results /tmp/setup-results.json --quiet $CMAKE_ARGS \
-  $( [[ -d "$src/hidden-tests" ]] && echo --hidden-tests "$src/hidden-tests" ) || true
+  --results /tmp/setup-results.json --quiet "${hidden[@]}" $CMAKE_ARGS ${GRADE_ARGS:-} || true
 rmdir "$empty"
 echo "setup.sh: ready to grade lab $LAB"
