@@ -14,6 +14,9 @@
 #   5. forged submissions (tools/forged/lab00/*.cpp spliced into adamw_step of the reference: print
 #      Catch2's summary and exit 0, flood, fork a child, write the results file, ...) score 0 on
 #      every test that covers adamw_step, and full marks elsewhere
+#   6. a write one element past an array no test can guard (the student's own vector) keeps full
+#      marks when graded as above, and loses exactly the tests that cover its function when graded
+#      under the sanitizers              (tools/grade.py NN --student-dir ... --sanitize --expect-lose)
 # Environment (all optional):
 #   CI_LABS_BUILD   build directory root (default build/ci-labs); reference/ and skeleton/ under it
 #   CI_LABS_CMAKE   extra cmake arguments, e.g. "-DSCALELAB_CUDA=OFF -DSCALELAB_BUILD_BENCH=OFF"
@@ -22,11 +25,13 @@
 #                   made, so the reference is graded without a second build of it
 #   CI_LABS_REFERENCE_CMAKE  step 2's extra cmake arguments (default: CI_LABS_CMAKE; set it empty
 #                   to keep an existing build directory's settings)
+#   CI_LABS_SANITIZE_BUILD  the sanitizer build directory of step 6 (default $CI_LABS_BUILD/sanitize);
+#                   .ci/run points it at its debug-asan build
 #   CI_LABS_JOBS    parallel build jobs (default: nproc)
 #   CI_LABS_ONLY    grade only these labs, e.g. "00 01" (default: every lab with graded tests)
-#   CI_LABS_STEPS   run only these steps, e.g. "4 5" (default: "1 2 3 4 5"); steps 4 and 5 reuse the
+#   CI_LABS_STEPS   run only these steps, e.g. "4 5" (default: "1 2 3 4 5 6"); steps 4-6 reuse the
 #                   build directories of an earlier run's steps 2 and 3
-#   CI_LABS_WRONG   grade only the wrong solutions (steps 4, 5) of these names, e.g. "missing-1-over-k"
+#   CI_LABS_WRONG   grade only the wrong solutions (steps 4-6) of these names, e.g. "missing-1-over-k"
 #   PYTHON          the interpreter (default python3; the tools need only the standard library)
 set -uo pipefail
 
@@ -49,7 +54,7 @@ failures=()
 summary=()
 
 step() { printf '\n==== %s\n' "$*"; }
-read -r -a steps <<< "${CI_LABS_STEPS:-1 2 3 4 5}"
+read -r -a steps <<< "${CI_LABS_STEPS:-1 2 3 4 5 6}"
 runs() { [[ " ${steps[*]} " == *" $1 "* ]]; }  # runs 3: step 3 is wanted (CI_LABS_STEPS)
 
 step "1. labs/ in sync with reference/"
@@ -126,17 +131,16 @@ step "4. a wrong solution loses exactly the tests that cover it"
 # space-separated names (or prefixes) of tests that cover FUNCTION but that this mistake cannot
 # reach; they must pass (grade.py --expect-keep). Tests whose binary does not link FILE are not
 # run (grade.py --skip-unlinked): they run exactly the reference's code, graded full in step 2.
-wrong_solution() {
-  local lab=$1 lab_dir=$2 name=$3 file=$4 from=$5 to=$6 function=$7 what=$8 prepend=${9:-/dev/null}
-  local wrong=$build/wrong-$name started=$SECONDS keep_args=() k
-  runs "$current_step" || return 0
-  if [[ -n ${CI_LABS_WRONG:-} && " $CI_LABS_WRONG " != *" $name "* ]]; then return 0; fi
-  for k in ${KEEP:-}; do keep_args+=(--expect-keep "$k"); done
+# make_wrong NAME LAB_DIR FILE FROM TO [PREPEND]: $build/wrong-NAME, the reference's files of
+# labs/LAB_DIR with FROM replaced by TO in FILE (and PREPEND's text at its top); fails when FILE
+# does not have FROM exactly once.
+make_wrong() {
+  local wrong=$build/wrong-$1 lab_dir=$2 file=$3 from=$4 to=$5 prepend=${6:-/dev/null}
   rm -rf "$wrong"
   (cd "$root/labs/$lab_dir" && find . -name '*.cpp' -o -name '*.hpp') | while read -r rel; do
     mkdir -p "$wrong/$(dirname "$rel")" && cp "$root/reference/$rel" "$wrong/$rel"
   done
-  if ! FROM=$from TO=$to "$py" - "$wrong/$file" "$prepend" <<'EOF_PY'; then
+  FROM=$from TO=$to "$py" - "$wrong/$file" "$prepend" <<'EOF_PY'
 import os, pathlib, sys
 p = pathlib.Path(sys.argv[1])
 text = p.read_text()
@@ -144,6 +148,14 @@ if text.count(os.environ["FROM"]) != 1:
     sys.exit(1)
 p.write_text(pathlib.Path(sys.argv[2]).read_text() + text.replace(os.environ["FROM"], os.environ["TO"], 1))
 EOF_PY
+}
+wanted() { [[ -z ${CI_LABS_WRONG:-} || " $CI_LABS_WRONG " == *" $1 "* ]]; }  # CI_LABS_WRONG names it, or is empty
+wrong_solution() {
+  local lab=$1 lab_dir=$2 name=$3 file=$4 from=$5 to=$6 function=$7 what=$8 prepend=${9:-/dev/null}
+  local wrong=$build/wrong-$name started=$SECONDS keep_args=() k
+  runs "$current_step" && wanted "$name" || return 0
+  for k in ${KEEP:-}; do keep_args+=(--expect-keep "$k"); done
+  if ! make_wrong "$name" "$lab_dir" "$file" "$from" "$to" "$prepend"; then
     failures+=("the wrong solution of lab $lab ($what) was not made: $file does not have '$from' exactly once")
   elif "$py" "$root/tools/grade.py" "$lab" --student-dir "$wrong" --build-dir "$build/skeleton" -j "$jobs" \
          --results "$results/lab$lab-wrong-$name.json" --quiet --expect-lose "$function" "${keep_args[@]}" \
@@ -289,17 +301,20 @@ if [[ " ${labs[*]} " == *" 05 "* ]]; then
 fi
 if [[ " ${labs[*]} " == *" 06 "* ]]; then
   # Sequence parallelism without the sum of the replicated gradients: runs, trains, and is wrong.
-  wrong_solution 06 06-tensor-parallel sp-sum dist/tp_grad_sync.cpp \
+  # The memory test runs it too, and counts bytes only.
+  KEEP=lab06.tp_memory wrong_solution 06 06-tensor-parallel sp-sum dist/tp_grad_sync.cpp \
     'tp_all_reduce(tp, staging.data(), staging.size(), ReduceOp::kSum);' '(void)tp;  // the sum forgotten' \
     sum_sequence_parallel_grads "sequence parallelism without the LayerNorm gradient sum"
   # The bias added to every rank's partial sum before g's all-reduce (t + 1 times in all). The
   # communication is unchanged, and the outputs checked bit for bit come before any row-parallel layer.
-  KEEP="lab06.tp_bitwise lab06.tp_ledger" wrong_solution 06 06-tensor-parallel row-bias dist/tp_linear.cpp \
+  # Every rank adds the same wrong bias, so the replicated tensors stay equal (tp_sp_grads).
+  KEEP="lab06.tp_bitwise lab06.tp_ledger lab06.tp_memory lab06.tp_sp_grads" wrong_solution 06 06-tensor-parallel row-bias dist/tp_linear.cpp \
     'matmul_forward<float>(y_partial, x, weight, nullptr, N, IC_local, OC);' \
     'matmul_forward<float>(y_partial, x, weight, bias, N, IC_local, OC);' \
     row_parallel_forward "the bias added before the sum in row_parallel_forward"
-  # Each rank's own row maximum in the softmax, not the maximum over all ranks.
-  wrong_solution 06 06-tensor-parallel vocab-max dist/vocab_parallel.cpp \
+  # Each rank's own row maximum in the softmax, not the maximum over all ranks. The replicated
+  # tensors' gradients are still summed over the group, so they stay equal (tp_sp_grads).
+  KEEP="lab06.tp_memory lab06.tp_sp_grads" wrong_solution 06 06-tensor-parallel vocab-max dist/vocab_parallel.cpp \
     'tp_all_reduce(tp, maxv.data(), rows, ReduceOp::kMax);' '// the maximum over ranks forgotten' \
     vocab_parallel_cross_entropy_forward "the softmax maximum not reduced over ranks"
 fi
@@ -373,6 +388,52 @@ if [[ " ${labs[*]} " == *" 00 "* ]]; then
     wrong_solution 00 00-naive "forged-$name" optim/adamw.cpp '// LAB 00 BEGIN adamw_step: section 5' \
       $'// LAB 00 BEGIN adamw_step: section 5\n  forged();' adamw_step "the forged submission $name" "$forged"
   done
+fi
+
+step "6. under the sanitizers: a write past an array that no number shows"
+# sanitizer_only LAB LAB_DIR NAME FILE FROM TO FUNCTION WHAT: a mistake that writes one element past
+# an array the tests cannot place guards around (the student's own vector): graded as in steps 2-5
+# it keeps full marks (every number is right), and graded with grade.py --sanitize it loses exactly
+# the tests that cover FUNCTION. The sanitizer build is CI_LABS_SANITIZE_BUILD (.ci/run points it at
+# its debug-asan build, so only the lab's files recompile); tests whose binary does not link FILE
+# are not run (--skip-unlinked). KEEP as for wrong_solution.
+sanitizer_only() {
+  local lab=$1 lab_dir=$2 name=$3 file=$4 from=$5 to=$6 function=$7 what=$8
+  local wrong=$build/wrong-$name started=$SECONDS keep_args=() k
+  runs 6 && wanted "$name" || return 0
+  for k in ${KEEP:-}; do keep_args+=(--expect-keep "$k"); done
+  if ! make_wrong "$name" "$lab_dir" "$file" "$from" "$to"; then
+    failures+=("the wrong solution of lab $lab ($what) was not made: $file does not have '$from' exactly once")
+  elif ! "$py" "$root/tools/grade.py" "$lab" --student-dir "$wrong" --build-dir "$build/skeleton" -j "$jobs" \
+         --results "$results/lab$lab-wrong-$name.json" --quiet --expect full --skip-unlinked "${cmake_args[@]}"; then
+    failures+=("lab $lab ($what): lost points without the sanitizers; a test sees it, so it belongs in step 4")
+    summary+=("lab $lab with $what: NOT full marks without the sanitizers")
+  elif "$py" "$root/tools/grade.py" "$lab" --student-dir "$wrong" --build-dir "$sanitize_build" -j "$jobs" \
+         --results "$results/lab$lab-wrong-$name-sanitize.json" --quiet --sanitize --expect-lose "$function" \
+         "${keep_args[@]}" --skip-unlinked "${cmake_args[@]}"; then
+    summary+=("lab $lab with $what: full marks without the sanitizers; under them loses exactly the tests covering $function$([[ -n ${KEEP:-} ]] && echo ", except $KEEP (pass)") ($((SECONDS - started)) s)")
+  else
+    failures+=("lab $lab ($what) under the sanitizers: not exactly the tests of $function failed (see above)")
+    summary+=("lab $lab with $what: WRONG tests failed under the sanitizers ($((SECONDS - started)) s)")
+  fi
+}
+sanitize_build=${CI_LABS_SANITIZE_BUILD:-$build/sanitize}
+if [[ " ${labs[*]} " == *" 06 "* ]]; then
+  # The row loop of the local maximum one row too far: maxv[rows] is written (and one row past
+  # the logits read) before the all-reduce, which reduces only the first rows.
+  sanitizer_only 06 06-tensor-parallel vocab-max-past dist/vocab_parallel.cpp \
+    $'for (std::size_t i = 0; i < rows; ++i)\n    maxv[i] =' $'for (std::size_t i = 0; i <= rows; ++i)\n    maxv[i] =' \
+    vocab_parallel_cross_entropy_forward "the local-maximum loop one row too far in vocab_parallel_cross_entropy_forward"
+fi
+if [[ " ${labs[*]} " == *" 08 "* ]]; then
+  # The recomputed probabilities one row past the query tile: row nr of P lands in dS, its
+  # neighbour in the same scratch (recomputed before it is read), and the lse of query t1 is
+  # read. For the last head that is one past the lse buffer: ASan sees it in the unit tests, whose
+  # lse is a vector of the test's own, not in the model's runs, whose lse lies inside the
+  # activation arena (they pass).
+  KEEP="lab08.attention_model_flash lab08.attention_memory lab08.attention_zero" sanitizer_only 08 08-attention flash-p-past model/layers/attention_flash.cpp \
+    $'for (int i = 0; i < nr; ++i) {\n            F* row = P +' $'for (int i = 0; i <= nr; ++i) {\n            F* row = P +' \
+    attention_flash_backward "the probability loop one row past the tile in attention_flash_backward"
 fi
 
 step "summary"

@@ -54,7 +54,7 @@ RESULTS_ENV = "SCALELAB_GRADE_RESULTS"  # where each rank writes <path>.<rank>
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 SANITIZE_PRESET = "debug-asan"   # --sanitize builds with this configure preset's cache variables
-SANITIZE_TIME_SCALE = 4          # --sanitize multiplies every time limit by this (see sanitize_tests)
+SANITIZE_TIME_SCALE = 2          # --sanitize multiplies every time limit by this (see sanitize_tests)
 
 
 class GradingError(Exception):
@@ -856,9 +856,11 @@ def sanitize_cache_variables(source: Path) -> dict[str, str]:
 
 
 def sanitize_tests(tests: list[GradedTest]) -> list[GradedTest]:
-    """The tests with their time limits multiplied by SANITIZE_TIME_SCALE: the sanitizer build
-    (-O1, every access checked) runs the graded tests about 1.5-3 times slower than the release
-    build (docs/instructors.md has the measurement), and a limit must not turn that into a hang."""
+    """The tests with their time limits multiplied by SANITIZE_TIME_SCALE. The sanitizer build
+    (-O1, every access checked) ran labs 00 and 08's graded tests 2 to 4 times slower than the
+    release build (docs/instructors.md, "Grading under the sanitizers"); the limits already stand
+    far above either time, so twice the limit is room enough, and a test that hangs costs no more
+    than twice its limit."""
     return [dataclasses.replace(t, timeout=t.timeout * SANITIZE_TIME_SCALE) for t in tests]
 
 

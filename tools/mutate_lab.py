@@ -7,6 +7,7 @@ ones that still earn full marks.
     python3 tools/mutate_lab.py 06 --kinds operator --functions tp_vocab_loss
     python3 tools/mutate_lab.py 00 --hidden-tests /path/to/hidden --report lab00-mutants.md
     python3 tools/mutate_lab.py 06 --sanitize --functions vocab_parallel_cross_entropy_forward
+    python3 tools/mutate_lab.py 06 --kinds operator --numbers 1,7,11    only these (numbered as --list)
 
 A mutant is the reference solution of the lab with one change inside one of its
 `// LAB NN BEGIN ... END` regions:
@@ -20,7 +21,7 @@ a time (those of the mutated function first) until it loses one, or all at once 
 score, slower). The time limit of every test in tests/grading is capped at --time-limit seconds
 (a mutant that hangs costs that, not the test's full limit; hidden tests keep their own limits).
 With --sanitize every mutant is graded under the sanitizers (grade.py --sanitize, time limits
-x4 after the cap): a loop one element too far is killed there even when it writes where no test
+x2 after the cap): a loop one element too far is killed there even when it writes where no test
 looks. A mutant is *killed* when it loses points, *survives* when it keeps full marks, and is *not
 compiled* when its build fails. A survivor is either a mistake no graded test notices (write a
 test, or a hidden test, that does) or an equivalent change (the same program: nothing to do).
@@ -266,6 +267,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated, of {', '.join(KINDS)} (default: both)")
     p.add_argument("--functions", default="", help="comma-separated lab functions (default: all of the lab)")
     p.add_argument("--list", action="store_true", help="print the mutants and exit")
+    p.add_argument("--numbers", default="",
+                   help="comma-separated: only the mutants with these numbers, as --list numbers them with the same "
+                        "--kinds and --functions (to grade the survivors of an earlier run again)")
     p.add_argument("--time-limit", type=float, default=60.0, help="cap on every test's time limit, seconds")
     p.add_argument("--hidden-tests", type=Path, action="append", default=[], help="passed on to tools/grade.py")
     p.add_argument("--sanitize", action="store_true",
@@ -300,6 +304,18 @@ def main(argv: list[str] | None = None) -> int:
               f"{', '.join(sorted({r.function for r in regions}))}", file=sys.stderr)
         return 2
     mutants = lab_mutants(root, [r for r in regions if not wanted or r.function in wanted], kinds)
+    try:
+        numbers = {int(n) for n in args.numbers.split(",") if n.strip()}
+    except ValueError:
+        print(f"mutate_lab: --numbers {args.numbers}: expected comma-separated numbers, e.g. 1,7,11", file=sys.stderr)
+        return 2
+    missing = sorted(numbers - {m.number for m in mutants})
+    if missing:
+        print(f"mutate_lab: --numbers {', '.join(map(str, missing))}: no such mutant; with these --kinds and "
+              f"--functions they are numbered 1 to {len(mutants)} (see --list)", file=sys.stderr)
+        return 2
+    if numbers:
+        mutants = [m for m in mutants if m.number in numbers]
     if args.list:
         for m in mutants:
             print(f"{m.number:4d} {m.kind:8s} {m.function:28s} reference/{m.rel}:{m.line}  {m.describe()}")

@@ -216,6 +216,17 @@ class VerdictTest(unittest.TestCase):
             self.assertEqual(code, 0, err)
             self.assertEqual((root / "build" / "mutate-00-sanitize" / "sanitize.txt").read_text(), "True")
 
+            # --numbers: only those mutants (numbered as in the first run), and nothing for a bad number.
+            (build / "runs.txt").unlink()
+            code, out, err = run_main("00", "--source-dir", str(root), "--numbers", "2,4")
+            self.assertEqual(code, 0, err)
+            rows = [line.split(" | ") for line in out.splitlines() if line.startswith("| ") and "---" not in line]
+            self.assertEqual([(r[0], r[4]) for r in rows[1:]], [("| 2", "**survived**"), ("| 4", "killed")], out)
+            for bad in ("6", "x"):
+                code, _, err = run_main("00", "--source-dir", str(root), "--numbers", bad)
+                self.assertEqual(code, 2)
+                self.assertIn(f"--numbers {bad}", err)
+
             # A hidden-test list the grader would refuse: one error naming the file, nothing graded.
             hidden = root / "hidden"
             hidden.mkdir()

@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cmake-arg", action="append", default=[], help="passed to the grader's cmake configure")
     p.add_argument("--sanitize", action="store_true",
                    help="grade every submission under AddressSanitizer and UBSan (tools/grade.py --sanitize): a write "
-                        "past an array fails its test even when the numbers are right; time limits x4")
+                        "past an array fails its test even when the numbers are right; time limits x2")
     args = p.parse_args(argv)
     lab = args.lab.zfill(2)
     if lab not in labgen.LAB_DIRS:
