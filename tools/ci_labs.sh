@@ -260,6 +260,13 @@ if [[ " ${labs[*]} " == *" 04 "* ]]; then
   KEEP="lab04.ring_all_reduce_1rank lab04.ring_bytes_1rank" wrong_solution 04 04-data-parallel ring-no-gather comm/ring.cpp \
     'all_gather_steps(comm, data, blocks, options);' '// all_gather_steps forgotten' \
     ring_all_reduce "an all-reduce without its all-gather"
+  # The window ignored: one receive in flight at a time. The same bytes and the same sums, a
+  # message latency per piece; only the count of receives in flight sees it.
+  KEEP="lab04.ring_reduce_scatter lab04.ring_all_reduce lab04.ring_bytes_1rank lab04.ddp_equal lab04.ddp_identical" \
+    wrong_solution 04 04-data-parallel ring-window-1 comm/ring.cpp \
+    $'window = std::min<std::size_t>(std::max(options.window, 1), incoming.size());\n  const std::size_t slot_elems' \
+    $'window = std::min<std::size_t>(1, incoming.size());  // one at a time\n  const std::size_t slot_elems' \
+    ring_reduce_scatter "a reduce-scatter that ignores the receive window"
   # The first bucket's own (smaller) cap ignored.
   wrong_solution 04 04-data-parallel first-bucket dist/ddp.cpp \
     'const std::size_t cap = out.empty() ? first_bytes : bucket_bytes;' 'const std::size_t cap = bucket_bytes;' \

@@ -43,12 +43,25 @@ class CommStats {
  public:
   OpStats& operator[](CommOp op) { return ops_[static_cast<std::size_t>(op)]; }
   const OpStats& operator[](CommOp op) const { return ops_[static_cast<std::size_t>(op)]; }
-  void reset() { ops_ = {}; }
+  void reset() {
+    ops_ = {};
+    peak_recvs_in_flight_ = 0;
+  }
   // One line per operation with at least one call: calls, bytes sent/received, seconds, GB/s.
   std::string report() const;
 
+  // The most receives posted and not yet complete at once, counted at each irecv since the last
+  // reset. A receive completes at its wait(), at a test() that returns true, or when its Request
+  // is dropped. Stage 04's ring keeps options.window receives in flight ahead of the one it
+  // adds: this is how a test sees the window (a count, not a clock).
+  std::uint64_t peak_recvs_in_flight() const { return peak_recvs_in_flight_; }
+  void note_recvs_in_flight(std::uint64_t now) {
+    if (now > peak_recvs_in_flight_) peak_recvs_in_flight_ = now;
+  }
+
  private:
   std::array<OpStats, kCommOpCount> ops_{};
+  std::uint64_t peak_recvs_in_flight_ = 0;
 };
 
 }  // namespace scalelab

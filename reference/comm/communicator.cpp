@@ -67,6 +67,11 @@ Request Communicator::begin_request(CommOp op, bool collective, std::size_t coun
   return request;
 }
 
+void Request::complete() noexcept {
+  if (const std::shared_ptr<std::uint64_t> n = in_flight_.lock()) --*n;
+  in_flight_.reset();
+}
+
 void Request::drop() noexcept {
   if (!state_) return;
   const std::shared_ptr<Watchdog::Slot> slot = watch_.lock();
@@ -74,6 +79,7 @@ void Request::drop() noexcept {
     WatchScope watch(slot.get(), op_, peer_, call_);
     state_.reset();  // MPI: waits for the operation (frees it while an exception unwinds)
   }
+  complete();
   // Complete now, as wait() would have recorded it (not while unwinding: then it was abandoned).
   if (slot && call_ != 0 && std::uncaught_exceptions() == 0) FlightRecorder::end(*slot->entry, call_);
 }
@@ -86,6 +92,7 @@ Request& Request::operator=(Request&& other) noexcept {
     peer_ = other.peer_;
     call_ = other.call_;
     watch_ = std::move(other.watch_);
+    in_flight_ = std::move(other.in_flight_);
   }
   return *this;
 }
@@ -135,6 +142,10 @@ Request Communicator::irecv(void* buf, std::size_t count, DataType type, int pee
   Counted counted(stats_[CommOp::kRecv], 0, count * dtype_size(type));
   Request request = begin_request(CommOp::kRecv, false, count, peer);
   request.state_ = do_irecv(buf, count, type, peer, tag);
+  if (request.state_) {  // in flight until its wait, a test that says done, or its drop
+    request.in_flight_ = recvs_in_flight_;
+    stats_.note_recvs_in_flight(++*recvs_in_flight_);
+  }
   return request;
 }
 
@@ -147,6 +158,7 @@ void Communicator::wait(Request& request) {
   }
   record_end(request.call_);
   request.state_.reset();
+  request.complete();
   stats_[request.op_].seconds += seconds_since(t0);
 }
 
@@ -161,6 +173,7 @@ bool Communicator::test(Request& request) {
   if (done) {
     record_end(request.call_);
     request.state_.reset();
+    request.complete();
   }
   stats_[request.op_].seconds += seconds_since(t0);
   return done;

@@ -59,11 +59,13 @@ class Request {
  private:
   friend class Communicator;
   void drop() noexcept;
+  void complete() noexcept;  // a receive leaves the communicator's count of those in flight
   std::unique_ptr<RequestState> state_;
   CommOp op_ = CommOp::kSend;
   int peer_ = -1;
-  std::uint64_t call_ = 0;               // the flight recorder's number of the call (0: not recorded)
-  std::weak_ptr<Watchdog::Slot> watch_;  // the communicator's watchdog slot, while it lives
+  std::uint64_t call_ = 0;                  // the flight recorder's number of the call (0: not recorded)
+  std::weak_ptr<Watchdog::Slot> watch_;     // the communicator's watchdog slot, while it lives
+  std::weak_ptr<std::uint64_t> in_flight_;  // a receive: its communicator's count, while it lives
 };
 
 struct CommOptions {
@@ -173,6 +175,9 @@ class Communicator {
   std::shared_ptr<Watchdog> watchdog_;
   std::shared_ptr<Watchdog::Slot> slot_;
   CommStats stats_;
+  // Receives posted and not yet complete (stats_'s peak_recvs_in_flight). Shared with their
+  // Requests, which may outlive this communicator.
+  std::shared_ptr<std::uint64_t> recvs_in_flight_ = std::make_shared<std::uint64_t>(0);
   std::string name_ = "world";
   int splits_ = 0;  // split() calls so far: the next child's number in its name
 };

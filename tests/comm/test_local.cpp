@@ -76,6 +76,33 @@ TEST_CASE("one-rank communicator: self-messages match by tag in posting order") 
   CHECK(comm.stats()[CommOp::kRecv].bytes_received == 12);
 }
 
+TEST_CASE("receives in flight: counted at each irecv until its wait, a test that says done, or its drop") {
+  LocalCommunicator comm;
+  int v[4] = {1, 2, 3, 4}, got[4] = {};
+  Request r0 = comm.irecv(&got[0], 1, DataType::kInt32, 0, 0);
+  Request r1 = comm.irecv(&got[1], 1, DataType::kInt32, 0, 1);
+  CHECK(comm.stats().peak_recvs_in_flight() == 2);
+  for (int tag = 0; tag < 4; ++tag) comm.send(&v[tag], 1, DataType::kInt32, 0, tag);
+  comm.wait(r0);
+  CHECK(comm.test(r1));
+  comm.stats().reset();
+  CHECK(comm.stats().peak_recvs_in_flight() == 0);
+  {
+    Request r2 = comm.irecv(&got[2], 1, DataType::kInt32, 0, 2);
+    CHECK(comm.stats().peak_recvs_in_flight() == 1);  // r0 and r1 are complete
+  }                                                   // r2 dropped: complete too
+  Request r3 = comm.irecv(&got[3], 1, DataType::kInt32, 0, 3);
+  Request r4 = comm.irecv(&got[0], 1, DataType::kInt32, 0, 9);  // nothing will match it
+  CHECK(comm.stats().peak_recvs_in_flight() == 2);              // r3 and r4, not r2
+  comm.wait(r3);
+  CHECK(got[1] == 2);
+  CHECK(got[2] == 3);
+  CHECK(got[3] == 4);
+  CHECK_THROWS_WITH(comm.wait(r4), Contains("no matching send"));
+  comm.stats().reset();
+  CHECK(comm.stats().peak_recvs_in_flight() == 0);
+}
+
 TEST_CASE("one-rank communicator: a receive nothing will match fails instead of hanging") {
   LocalCommunicator comm;
   int x = 0;

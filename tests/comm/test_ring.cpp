@@ -5,10 +5,12 @@
 // additions: the ring and the built-in must agree bit for bit (==), not within a tolerance.
 // Counts: 0, 1, n-1, n, n+1 for n ranks (empty and uneven blocks), primes (7, 13, 1009,
 // 1000003: no rank count divides them) and a large one; pieces down to 12 bytes force many
-// uneven pieces per block. A failure names the rank, the case, the first wrong index, the value
-// found and the value expected, and the largest difference.
+// uneven pieces per block. The receives in flight are checked against the window. A failure
+// names the rank, the case, the first wrong index, the value found and the value expected, and
+// the largest difference.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <set>
 #include <utility>
@@ -123,7 +125,7 @@ namespace {
 // What one ring collective moved, from the communicator's counters (stats(): the send and recv
 // rows, which count every isend/irecv the ring posts, whoever wrote the ring).
 struct Bytes {
-  std::uint64_t sent, received, send_calls;
+  std::uint64_t sent, received, send_calls, peak_recvs;  // peak_recvs: the most receives in flight at once
 };
 
 Bytes measure(Communicator& comm, void (*op)(Communicator&, float*, std::size_t, const RingOptions&),
@@ -131,7 +133,8 @@ Bytes measure(Communicator& comm, void (*op)(Communicator&, float*, std::size_t,
   comm.stats().reset();
   op(comm, x.data(), x.size(), options);
   const CommStats& s = comm.stats();
-  return {s[CommOp::kSend].bytes_sent, s[CommOp::kRecv].bytes_received, s[CommOp::kSend].calls};
+  return {s[CommOp::kSend].bytes_sent, s[CommOp::kRecv].bytes_received, s[CommOp::kSend].calls,
+          s.peak_recvs_in_flight()};
 }
 
 // A counter against its formula; the message names the counter and says by how much it is off.
@@ -196,6 +199,16 @@ TEST_CASE("ring bytes on the wire: 2(n-1)/n S for all-reduce, (n-1)/n S for its 
     // of b elements goes out as ceil(b / piece) messages; one rank sends nothing.
     check_counter("reduce-scatter messages sent", rs.send_calls, n > 1 ? pieces_except(blocks, r, piece) : 0);
     check_counter("all-gather messages sent", ag.send_calls, n > 1 ? pieces_except(blocks, next, piece) : 0);
+    // The window (handout section 2): options.window receives posted ahead of the one being
+    // added, fewer only when fewer pieces arrive. Counted at each irecv until its wait, so the
+    // count does not depend on timing. Reduce-scatter receives every block but rank r-1's,
+    // all-gather every block but its own; all-reduce is one after the other.
+    const std::uint64_t w = static_cast<std::uint64_t>(options.window);
+    const std::uint64_t rs_window = n > 1 ? std::min(w, pieces_except(blocks, prev, piece)) : 0;
+    const std::uint64_t ag_window = n > 1 ? std::min(w, pieces_except(blocks, r, piece)) : 0;
+    check_counter("reduce-scatter receives in flight at most = min(window, pieces received)", rs.peak_recvs, rs_window);
+    check_counter("all-gather receives in flight at most = min(window, pieces received)", ag.peak_recvs, ag_window);
+    check_counter("all-reduce receives in flight at most", ar.peak_recvs, std::max(rs_window, ag_window));
     // Summed over ranks, every block crosses n-1 links per half, for any count.
     std::int64_t total[2] = {static_cast<std::int64_t>(ar.sent), static_cast<std::int64_t>(ar.received)};
     comm.all_reduce(total, 2);
