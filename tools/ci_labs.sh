@@ -271,11 +271,17 @@ if [[ " ${labs[*]} " == *" 04 "* ]]; then
   wrong_solution 04 04-data-parallel first-bucket dist/ddp.cpp \
     'const std::size_t cap = out.empty() ? first_bytes : bucket_bytes;' 'const std::size_t cap = bucket_bytes;' \
     plan_buckets "plan_buckets without the first bucket's cap"
-  # A bucket launched as soon as its first gradient is ready, before the rest of it is final.
-  # Buckets still start during backward, which is all that ddp_overlap checks.
-  KEEP=lab04.ddp_overlap wrong_solution 04 04-data-parallel bucket-early dist/ddp.cpp \
+  # A bucket launched as soon as its first gradient is ready, before the rest of it is final:
+  # wrong sums, and ddp_overlap sees it start before the notification that completes it.
+  wrong_solution 04 04-data-parallel bucket-early dist/ddp.cpp \
     'buckets_[next_].begin >= offset' 'buckets_[next_].end > offset' \
     ddp_launch_ready_buckets "a bucket launched before its gradients are final"
+  # A bucket launched one notification late (when a later offset arrives; the last bucket only by
+  # finish_step): the right sums, less overlap. The overlap test compares the order of launches
+  # with the order of notifications.
+  KEEP="lab04.ddp_equal lab04.ddp_identical" wrong_solution 04 04-data-parallel bucket-late dist/ddp.cpp \
+    'buckets_[next_].begin >= offset' 'buckets_[next_].begin > offset' \
+    ddp_launch_ready_buckets "a bucket launched one notification late"
   # Naive DDP reducing the first elements of the buffer for every tensor (its offset forgotten).
   wrong_solution 04 04-data-parallel naive-offset dist/ddp.cpp \
     'all_reduce_now(g + t.offset, t.numel);' 'all_reduce_now(g, t.numel);' \

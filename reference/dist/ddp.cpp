@@ -94,7 +94,8 @@ DataParallel::~DataParallel() {
 
 void DataParallel::begin_step(int micro_batches) {
   buckets_.clear();
-  for (const auto& [b, e] : ranges_) buckets_.push_back({b, e, {}, false, false, 0, 0});
+  for (const auto& [b, e] : ranges_) buckets_.push_back({b, e, {}, false, false, 0, 0, -1});
+  notified_offsets_.clear();
   next_ = 0;
   backwards_left_ = micro_batches - 1;
   active_ = backwards_left_ == 0;
@@ -113,6 +114,7 @@ void DataParallel::launch(Bucket& b) {
   const TrainModel::GradBuffer g = model_.typed_grads() + b.begin;
   b.started = true;
   b.start_us = timeline_.now_us();
+  b.launched_at = static_cast<int>(notified_offsets_.size()) - 1;
   if (options_.algorithm == DdpOptions::Algorithm::kBuiltin) {
     b.request = comm_.iall_reduce(g.data, g.data, b.end - b.begin, g.type, ReduceOp::kSum);
   } else {
@@ -142,11 +144,18 @@ void DataParallel::on_grads_ready(std::size_t offset) {
   const double now = timeline_.now_us();
   if (notified_) timeline_.add("backward", "compute", 0, last_ready_us_, now);
   notified_ = true;
+  notified_offsets_.push_back(offset);
   // LAB 04 BEGIN ddp_launch_ready_buckets: section 6
   while (next_ < buckets_.size() && buckets_[next_].begin >= offset) launch(buckets_[next_++]);
   poll();  // MPI progresses non-blocking operations inside its calls: give it a chance
   // LAB 04 END
   last_ready_us_ = timeline_.now_us();
+}
+
+std::vector<int> DataParallel::launch_notifications() const {
+  std::vector<int> at;
+  for (const Bucket& b : buckets_) at.push_back(b.launched_at);
+  return at;
 }
 
 DdpStepReport DataParallel::finish_step() {
@@ -161,7 +170,11 @@ DdpStepReport DataParallel::finish_step() {
     // LAB 04 END
     timeline_.add("all-reduce (per tensor)", "comm", 1, backward_end, timeline_.now_us());
   } else {
-    while (next_ < buckets_.size()) launch(buckets_[next_++]);  // if a notification never came
+    while (next_ < buckets_.size()) {  // if a notification never came
+      Bucket& b = buckets_[next_++];
+      launch(b);
+      b.launched_at = -1;
+    }
     for (auto& b : buckets_) {
       if (!b.done) {
         comm_.wait(b.request);

@@ -79,6 +79,12 @@ class DataParallel {
   }
   Timeline& timeline() { return timeline_; }
   const Timeline& timeline() const { return timeline_; }
+  // The last step's communicating backward: the offsets its notifications reported, in order
+  // (all gradients at or past an offset are final), and for each bucket the notification whose
+  // handling launched it (an index into notified_offsets(); -1: finish_step launched it). Orders,
+  // not times: a test checks that each bucket starts at the notification that completes it.
+  const std::vector<std::size_t>& notified_offsets() const { return notified_offsets_; }
+  std::vector<int> launch_notifications() const;
   const DdpOptions& options() const { return options_; }
 
  private:
@@ -87,6 +93,7 @@ class DataParallel {
     Request request;
     bool started = false, done = false;
     double start_us = 0, end_us = 0;
+    int launched_at = -1;  // see launch_notifications()
   };
   void on_grads_ready(std::size_t offset);
   void launch(Bucket& b);
@@ -98,11 +105,12 @@ class DataParallel {
   DdpOptions options_;
   std::vector<std::pair<std::size_t, std::size_t>> ranges_;
   std::vector<Bucket> buckets_;
-  std::size_t next_ = 0;      // the next bucket to launch
-  int backwards_left_ = 0;    // backward passes before the communicating one
-  bool active_ = false;       // this backward communicates
-  bool notified_ = false;     // the communicating backward has sent its first notification
-  double last_ready_us_ = 0;  // when the previous notification was handled
+  std::size_t next_ = 0;                       // the next bucket to launch
+  int backwards_left_ = 0;                     // backward passes before the communicating one
+  bool active_ = false;                        // this backward communicates
+  bool notified_ = false;                      // the communicating backward has sent its first notification
+  double last_ready_us_ = 0;                   // when the previous notification was handled
+  std::vector<std::size_t> notified_offsets_;  // see notified_offsets()
   Timeline timeline_;
 };
 

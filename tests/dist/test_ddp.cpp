@@ -98,6 +98,23 @@ TEST_CASE("only the last micro-batch communicates, and buckets start during back
   const BucketLaunches launches = bucket_launches(ddp_of(trainer).engine().timeline().events());
   CHECK(launches.comm_events == buckets);
   CHECK(launches.started_early + 1 >= buckets);
+  // Each bucket starts at the notification that completes it: the first whose offset is at or
+  // below the bucket's begin, as gradients become final from the end of the buffer backwards.
+  // Orders, not times, so a bucket launched one notification late fails whatever the machine.
+  const DataParallel& engine = ddp_of(trainer).engine();
+  const std::vector<std::size_t>& offsets = engine.notified_offsets();
+  const std::vector<int> launched = engine.launch_notifications();
+  const auto& ranges = engine.bucket_ranges();
+  REQUIRE(launched.size() == ranges.size());
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    int complete = -1;
+    for (std::size_t k = 0; k < offsets.size() && complete < 0; ++k)
+      if (offsets[k] <= ranges[i].first) complete = static_cast<int>(k);
+    INFO("bucket " << i << " [" << ranges[i].first << ", " << ranges[i].second << "): complete at notification "
+                   << complete << " of " << offsets.size() << ", launched at " << launched[i]
+                   << " (-1: after backward, by finish_step)");
+    CHECK(launched[i] == complete);
+  }
 }
 
 TEST_CASE("ranks started with different settings fail on every rank with one message", "[ddp_mismatch]") {
