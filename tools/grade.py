@@ -506,9 +506,12 @@ def sanitizer_advice(what: str) -> str:
     if what.startswith("LeakSanitizer"):
         return ("Memory was allocated (new, malloc) and never freed; the frame named is where it was allocated. "
                 "Hold it in a std::vector or a Buffer, which free themselves.")
-    if "use-after" in what or "use-of-uninitialized" in what:
+    if "use-after" in what:
         return ("That line uses memory after its owner freed it: a pointer or reference kept into a vector that "
                 "was resized or destroyed, or into a local that has gone out of scope.")
+    if what.endswith((": attempting", ": alloc-dealloc-mismatch")):  # "attempting double-free", "... free on"
+        return ("Memory was freed twice, or freed with the wrong call (delete for new[], free for new). Let a "
+                "std::vector or a Buffer own it instead.")
     if what.startswith("UndefinedBehaviorSanitizer"):
         return ("That line does something the language leaves undefined (a signed integer overflow, a shift by "
                 "too much, an index past a fixed-size array, a misaligned or null pointer).")

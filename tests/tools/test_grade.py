@@ -561,6 +561,18 @@ class SanitizeSettings(unittest.TestCase):
             with self.assertRaisesRegex(grade.GradingError, "no configure preset named 'debug-asan'"):
                 grade.sanitize_cache_variables(Path(tmp))
 
+    def test_each_kind_of_report_gets_its_own_advice(self):
+        sys.path.insert(0, str(ROOT / "tools"))
+        import grade
+        def advice(report):
+            return grade.sanitizer_advice(grade.sanitizer_report(report)[0])
+        self.assertIn("one element past its end", advice("==1==ERROR: AddressSanitizer: heap-buffer-overflow on address"))
+        self.assertIn("after its owner freed it", advice("==1==ERROR: AddressSanitizer: heap-use-after-free on address"))
+        self.assertIn("freed twice", advice("==1==ERROR: AddressSanitizer: attempting double-free on 0x1 in thread T0"))
+        self.assertIn("wrong call", advice("==1==ERROR: AddressSanitizer: alloc-dealloc-mismatch (operator new [] vs"))
+        self.assertIn("never freed", advice("==1==ERROR: LeakSanitizer: detected memory leaks"))
+        self.assertIn("undefined", advice("/s/labs/x.cpp:3:1: runtime error: signed integer overflow"))
+
     def test_leaks_are_checked_in_single_process_tests_only(self):
         sys.path.insert(0, str(ROOT / "tools"))
         import grade
