@@ -15,7 +15,7 @@ files=()
 for arg in "$@"; do
   case "$arg" in
     --fix) mode=fix ;;
-    --diff) mode=diff ;;
+    --diff) mode="diff" ;;
     -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "check_format.sh: unknown option '$arg' (use --fix, --diff or --help)" >&2; exit 2 ;;
     *) files+=("$arg") ;;

@@ -53,7 +53,14 @@ mkdir -p "$results"
 failures=()
 summary=()
 
-step() { printf '\n==== %s\n' "$*"; }
+# step TITLE: starts the next step; the summary ends with the time of each step that ran.
+timings=() step_title="" step_started=$SECONDS
+step() {
+  local number=${step_title%%.*}
+  ! runs "${number%[ab]}" || timings+=("$number: $((SECONDS - step_started)) s")
+  step_title=$1 step_started=$SECONDS
+  printf '\n==== %s\n' "$*"
+}
 read -r -a steps <<< "${CI_LABS_STEPS:-1 2 3 4 5 6}"
 runs() { [[ " ${steps[*]} " == *" $1 "* ]]; }  # runs 3: step 3 is wanted (CI_LABS_STEPS)
 
@@ -123,24 +130,16 @@ for lab in "${labs[@]}"; do
 done
 
 step "4. a wrong solution loses exactly the tests that cover it"
-# wrong_solution LAB LAB_DIR NAME FILE FROM TO FUNCTION WHAT [PREPEND]: the whole reference solution
-# of LAB as a submission (every file of labs/LAB_DIR taken from reference/), with FROM replaced by
-# TO in FILE (a literal fragment; $'...' for several lines); grading it must lose exactly the tests
-# that cover FUNCTION. PREPEND (optional): a file whose text goes at the top of FILE (the forged
-# submissions' code). KEEP (optional, in the environment: KEEP="lab01.accumulation_memory"):
-# space-separated names (or prefixes) of tests that cover FUNCTION but that this mistake cannot
-# reach; they must pass (grade.py --expect-keep). Tests whose binary does not link FILE are not
-# run (grade.py --skip-unlinked): they run exactly the reference's code, graded full in step 2.
-# make_wrong NAME LAB_DIR FILE FROM TO [PREPEND]: $build/wrong-NAME, the reference's files of
-# labs/LAB_DIR with FROM replaced by TO in FILE (and PREPEND's text at its top); fails when FILE
-# does not have FROM exactly once.
+# make_wrong LAB WHAT NAME LAB_DIR FILE FROM TO [PREPEND]: $build/wrong-NAME, the reference's
+# files of labs/LAB_DIR with FROM replaced by TO in FILE (and PREPEND's text at its top); when FILE
+# does not have FROM exactly once, records the failure and fails.
 make_wrong() {
-  local wrong=$build/wrong-$1 lab_dir=$2 file=$3 from=$4 to=$5 prepend=${6:-/dev/null}
+  local lab=$1 what=$2 wrong=$build/wrong-$3 lab_dir=$4 file=$5 from=$6 to=$7 prepend=${8:-/dev/null}
   rm -rf "$wrong"
   (cd "$root/labs/$lab_dir" && find . -name '*.cpp' -o -name '*.hpp') | while read -r rel; do
     mkdir -p "$wrong/$(dirname "$rel")" && cp "$root/reference/$rel" "$wrong/$rel"
   done
-  FROM=$from TO=$to "$py" - "$wrong/$file" "$prepend" <<'EOF_PY'
+  if ! FROM=$from TO=$to "$py" - "$wrong/$file" "$prepend" <<'EOF_PY'
 import os, pathlib, sys
 p = pathlib.Path(sys.argv[1])
 text = p.read_text()
@@ -148,25 +147,43 @@ if text.count(os.environ["FROM"]) != 1:
     sys.exit(1)
 p.write_text(pathlib.Path(sys.argv[2]).read_text() + text.replace(os.environ["FROM"], os.environ["TO"], 1))
 EOF_PY
+  then
+    failures+=("the wrong solution of lab $lab ($what) was not made: $file does not have '$from' exactly once")
+    return 1
+  fi
 }
+# lose_exactly LAB WRONG BUILD_DIR RESULTS FUNCTION [grade.py options]: grades the submission in
+# WRONG, which must lose exactly the tests that cover FUNCTION but those KEEP names (in the
+# environment), which must pass. Tests whose binary does not link the submission's files are not
+# run (--skip-unlinked): they run exactly the reference's code, graded full in step 2.
+lose_exactly() {
+  local lab=$1 wrong=$2 build_dir=$3 out=$4 function=$5 keep_args=() k
+  shift 5
+  for k in ${KEEP:-}; do keep_args+=(--expect-keep "$k"); done
+  "$py" "$root/tools/grade.py" "$lab" --student-dir "$wrong" --build-dir "$build_dir" -j "$jobs" --results "$out" \
+    --quiet --expect-lose "$function" "${keep_args[@]}" --skip-unlinked "${cmake_args[@]}" "$@"
+}
+kept() { [[ -z ${KEEP:-} ]] || echo ", except $KEEP (pass)"; }  # the summary's words for KEEP
 wanted() { [[ -z ${CI_LABS_WRONG:-} || " $CI_LABS_WRONG " == *" $1 "* ]]; }  # CI_LABS_WRONG names it, or is empty
+# wrong_solution LAB LAB_DIR NAME FILE FROM TO FUNCTION WHAT [PREPEND]: the whole reference solution
+# of LAB as a submission (every file of labs/LAB_DIR taken from reference/), with FROM replaced by
+# TO in FILE (a literal fragment; $'...' for several lines); grading it must lose exactly the tests
+# that cover FUNCTION. PREPEND (optional): a file whose text goes at the top of FILE (the forged
+# submissions' code). KEEP (optional, in the environment: KEEP="lab01.accumulation_memory"):
+# space-separated names (or prefixes) of tests that cover FUNCTION but that this mistake cannot
+# reach; they must pass (grade.py --expect-keep).
 wrong_solution() {
   local lab=$1 lab_dir=$2 name=$3 file=$4 from=$5 to=$6 function=$7 what=$8 prepend=${9:-/dev/null}
-  local wrong=$build/wrong-$name started=$SECONDS keep_args=() k
+  local started=$SECONDS
   runs "$current_step" && wanted "$name" || return 0
-  for k in ${KEEP:-}; do keep_args+=(--expect-keep "$k"); done
-  if ! make_wrong "$name" "$lab_dir" "$file" "$from" "$to" "$prepend"; then
-    failures+=("the wrong solution of lab $lab ($what) was not made: $file does not have '$from' exactly once")
-  elif "$py" "$root/tools/grade.py" "$lab" --student-dir "$wrong" --build-dir "$build/skeleton" -j "$jobs" \
-         --results "$results/lab$lab-wrong-$name.json" --quiet --expect-lose "$function" "${keep_args[@]}" \
-         --skip-unlinked "${cmake_args[@]}"; then
-    summary+=("lab $lab with $what: loses exactly the tests covering $function$([[ -n ${KEEP:-} ]] && echo ", except $KEEP (pass)") ($((SECONDS - started)) s)")
+  make_wrong "$lab" "$what" "$name" "$lab_dir" "$file" "$from" "$to" "$prepend" || return 0
+  if lose_exactly "$lab" "$build/wrong-$name" "$build/skeleton" "$results/lab$lab-wrong-$name.json" "$function"; then
+    summary+=("lab $lab with $what: loses exactly the tests covering $function$(kept) ($((SECONDS - started)) s)")
   else
     failures+=("lab $lab wrong solution ($what): not exactly the tests of $function failed (see above)")
     summary+=("lab $lab wrong solution ($what): WRONG tests failed ($((SECONDS - started)) s)")
   fi
 }
-step4_started=$SECONDS
 current_step=4
 # Each line is a mistake students make; docs/instructors.md lists them with the tests they lose.
 if [[ " ${labs[*]} " == *" 00 "* ]]; then
@@ -388,7 +405,6 @@ if [[ " ${labs[*]} " == *" 08 "* ]]; then
     'const int valid = std::clamp(t0 + i + 1 - u0, 0, nc);' 'const int valid = nc;  // the causal mask forgotten' \
     attention_flash_backward "the recomputed probabilities not masked in attention_flash_backward"
 fi
-runs 4 && summary+=("step 4 (wrong solutions): $((SECONDS - step4_started)) s")
 
 step "5. forged submissions earn nothing"
 current_step=5
@@ -407,24 +423,21 @@ step "6. under the sanitizers: a write past an array that no number shows"
 # sanitizer_only LAB LAB_DIR NAME FILE FROM TO FUNCTION WHAT: a mistake that writes one element past
 # an array the tests cannot place guards around (the student's own vector): graded as in steps 2-5
 # it keeps full marks (every number is right), and graded with grade.py --sanitize it loses exactly
-# the tests that cover FUNCTION. The sanitizer build is CI_LABS_SANITIZE_BUILD (.ci/run points it at
-# its debug-asan build, so only the lab's files recompile); tests whose binary does not link FILE
-# are not run (--skip-unlinked). KEEP as for wrong_solution.
+# the tests that cover FUNCTION (KEEP as for wrong_solution). The sanitizer build is
+# CI_LABS_SANITIZE_BUILD (.ci/run points it at its debug-asan build, so that only the lab's files
+# and scalelab_ref, the reference the tests compare against, compile there).
 sanitizer_only() {
   local lab=$1 lab_dir=$2 name=$3 file=$4 from=$5 to=$6 function=$7 what=$8
-  local wrong=$build/wrong-$name started=$SECONDS keep_args=() k
+  local wrong=$build/wrong-$name started=$SECONDS
   runs 6 && wanted "$name" || return 0
-  for k in ${KEEP:-}; do keep_args+=(--expect-keep "$k"); done
-  if ! make_wrong "$name" "$lab_dir" "$file" "$from" "$to"; then
-    failures+=("the wrong solution of lab $lab ($what) was not made: $file does not have '$from' exactly once")
-  elif ! "$py" "$root/tools/grade.py" "$lab" --student-dir "$wrong" --build-dir "$build/skeleton" -j "$jobs" \
+  make_wrong "$lab" "$what" "$name" "$lab_dir" "$file" "$from" "$to" || return 0
+  if ! "$py" "$root/tools/grade.py" "$lab" --student-dir "$wrong" --build-dir "$build/skeleton" -j "$jobs" \
          --results "$results/lab$lab-wrong-$name.json" --quiet --expect full --skip-unlinked "${cmake_args[@]}"; then
     failures+=("lab $lab ($what): lost points without the sanitizers; a test sees it, so it belongs in step 4")
     summary+=("lab $lab with $what: NOT full marks without the sanitizers")
-  elif "$py" "$root/tools/grade.py" "$lab" --student-dir "$wrong" --build-dir "$sanitize_build" -j "$jobs" \
-         --results "$results/lab$lab-wrong-$name-sanitize.json" --quiet --sanitize --expect-lose "$function" \
-         "${keep_args[@]}" --skip-unlinked "${cmake_args[@]}"; then
-    summary+=("lab $lab with $what: full marks without the sanitizers; under them loses exactly the tests covering $function$([[ -n ${KEEP:-} ]] && echo ", except $KEEP (pass)") ($((SECONDS - started)) s)")
+  elif lose_exactly "$lab" "$wrong" "$sanitize_build" "$results/lab$lab-wrong-$name-sanitize.json" "$function" \
+         --sanitize; then
+    summary+=("lab $lab with $what: full marks without the sanitizers; under them loses exactly the tests covering $function$(kept) ($((SECONDS - started)) s)")
   else
     failures+=("lab $lab ($what) under the sanitizers: not exactly the tests of $function failed (see above)")
     summary+=("lab $lab with $what: WRONG tests failed under the sanitizers ($((SECONDS - started)) s)")
@@ -450,7 +463,9 @@ if [[ " ${labs[*]} " == *" 08 "* ]]; then
 fi
 
 step "summary"
-printf '  %s\n' "${summary[@]}"
+[[ ${#summary[@]} -eq 0 ]] || printf '  %s\n' "${summary[@]}"
+printf -v joined '%s, ' "${timings[@]}"
+[[ ${#timings[@]} -eq 0 ]] || echo "  time by step: ${joined%, }"
 if [[ ${#failures[@]} -gt 0 ]]; then
   echo "FAILED:"
   printf '  %s\n' "${failures[@]}"

@@ -14,7 +14,7 @@
 # Every step's output is kept in DIR; a failing step is reported and the later steps still run,
 # so one broken benchmark does not cost the whole run. The exit status is non-zero if any failed.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 
 deps="" out=out/gpu build=build/gpu steps=20 only="env,build,test,parallel,kernels,step,torch,report"
 while [[ $# -gt 0 ]]; do
@@ -52,6 +52,7 @@ python=$(command -v python3)
 bin=$build/bin
 
 if wants env; then
+  # shellcheck disable=SC2016  # ${CXX:-c++} is the inner shell's to expand
   step env bash -c 'nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv;
     nvcc --version | tail -2; cmake --version | head -1; ${CXX:-c++} --version | head -1; nproc'
 fi

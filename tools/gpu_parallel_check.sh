@@ -7,7 +7,7 @@
 # ledgers) stays in OUT for the results page.
 #
 #   bash tools/gpu_parallel_check.sh [--bin DIR] [--out DIR] [--only NAME,...] [--device D]
-#                                    [--backend B] [--emulated]
+#                                    [--backend B] [--emulated] [--steps N]
 #
 #   --device D   the device checked against the CPU (default cuda); `--device cpu` checks the
 #                script itself on any machine (the test suite's tools.gpu_parallel_check)
@@ -15,12 +15,14 @@
 #   --emulated   DIR's scalelab is the emulated one (build/<preset>/emulated/bin: CPU twins for the
 #                kernels, the CUDA runtime and NCCL emulated, tests/simt/), with 8 devices: the
 #                test suite's tools.gpu_parallel_check_emulated, with --backend nccl
+#   --steps N    training steps of each run (default 4; at least 2, so that an update is checked:
+#                the loss of step 1 comes before any); the sanitizer build's test runs 2
 #
 # Needs mpirun (OpenMPI) for the layouts of several ranks, and a layout over NCCL one GPU per
 # rank; without them those layouts are reported skipped.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
-bin=build/gpu/bin out=out/gpu/parallel only="" checked=cuda backend="" emulated=0
+bin=build/gpu/bin out=out/gpu/parallel only="" checked=cuda backend="" emulated=0 steps=4
 while [[ $# -gt 0 ]]; do
   case $1 in
     --bin) bin=$2; shift 2 ;;
@@ -29,10 +31,15 @@ while [[ $# -gt 0 ]]; do
     --device) checked=$2; shift 2 ;;
     --backend) backend=$2; shift 2 ;;
     --emulated) emulated=1; shift ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    --steps) steps=$2; shift 2 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "gpu_parallel_check: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+if ! [[ $steps =~ ^[0-9]+$ ]] || [[ $steps -lt 2 ]]; then
+  echo "gpu_parallel_check: --steps is '$steps'; give 2 or more (step 1's loss comes before any update)" >&2
+  exit 2
+fi
 mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # name | ranks | flags (a small model: mini's width, 2 layers, 4 for pipelines) | flags of the
@@ -59,7 +66,7 @@ if [[ $emulated == 1 ]]; then
 elif [[ $checked != cpu ]]; then
   gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 fi
-common=(train --config mini --steps 4 --batch 8 --seq-len 64 --seed 5)
+common=(train --config mini --steps "$steps" --batch 8 --seq-len 64 --seed 5)
 failed=() skipped=()
 for entry in "${layouts[@]}"; do
   IFS='|' read -r name ranks flags device_flags needs <<< "$entry"
