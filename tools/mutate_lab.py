@@ -88,19 +88,20 @@ def _one_line(text: str, limit: int = 90) -> str:
 
 def statements(clean: str, start: int, stop: int) -> list[tuple[int, int]]:
     """(first, past-the-end) offsets of the statements in clean[start:stop] that can be left out:
-    plain statements ending in `;` outside parentheses, and control statements with their body
-    (a braced body, or a single statement), except an `if` followed by `else`."""
+    plain statements ending in `;` outside parentheses and brackets, and control statements with
+    their body (a braced body, or a single statement), except an `if` followed by `else`. Braces
+    inside parentheses or brackets (`m[{a, b}] = x;`, `f({a, b});`) are initializers, not blocks."""
     found: list[tuple[int, int]] = []
-    paren = 0
+    paren = 0  # depth of ( and [
     first = None
     i = start
     while i < stop:
         c = clean[i]
         if first is None and not c.isspace() and c not in "{}":
             first = i
-        if c == "(":
+        if c in "([":
             paren += 1
-        elif c == ")":
+        elif c in ")]":
             paren -= 1
         elif paren == 0 and c == ";":
             if first is not None:

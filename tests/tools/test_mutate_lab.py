@@ -71,6 +71,14 @@ class GeneratorTest(unittest.TestCase):
             "if (m > 3) return;",
         ])  # kept: the declarations, the if with an else, the lambda, `return outside / twice(m);`
 
+    def test_braces_inside_brackets_or_parentheses_are_not_blocks(self):
+        # Lab 05's `inbox_[{grad, mb, chunk}] = std::move(in);` was cut at its brace initializer:
+        # the mutant deleted only `] = std::move(in);` and did not compile.
+        text = "  inbox_[{g, mb}] = std::move(in);\n  call({1, 2});\n  if (x) { y = 1; }\n"
+        spans = mutate_lab.statements(text, 0, len(text))
+        self.assertEqual([text[a:b] for a, b in spans],
+                         ["inbox_[{g, mb}] = std::move(in);", "call({1, 2});", "if (x) { y = 1; }", "y = 1;"])
+
     def test_operator_swaps_only_in_code(self):
         lines = SOURCE.splitlines()
         changed = []
