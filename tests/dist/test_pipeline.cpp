@@ -61,12 +61,6 @@ std::vector<std::string> schedules_for(int p, int m) {
   return s;
 }
 
-double max_abs(const std::vector<float>& v) {
-  double m = 0;
-  for (float x : v) m = std::max(m, static_cast<double>(std::fabs(x)));
-  return m;
-}
-
 // The whole-model gradient of the tied wte is spread over two ranks: the test compares each
 // rank's copy after the sum, which is what the optimizer reads.
 void check_against_stage01(Communicator& world, int m, const std::string& schedule,

@@ -55,12 +55,6 @@ constexpr std::uint64_t kSeed = 21;
 
 GPTConfig config() { return gpt_config_of_shape(kShape.V, kShape.T, kShape.C, kShape.L, kShape.NH, "tp-test"); }
 
-double max_abs(const std::vector<float>& v) {
-  double m = 0;
-  for (float x : v) m = std::max(m, static_cast<double>(std::fabs(x)));
-  return m;
-}
-
 // The tp group sizes this world runs: all ranks in one group, and 2 x 2 (dp x tp) on 4.
 std::vector<int> tp_sizes(int world) {
   std::vector<int> s = {world};

@@ -81,11 +81,6 @@ std::vector<float> column_sums(const std::vector<double>& a, int cols, int r0, i
   return {s.begin(), s.end()};
 }
 
-double max_abs(const std::vector<float>& v) {
-  double m = 0;
-  for (float x : v) m = std::max(m, static_cast<double>(std::fabs(x)));
-  return m;
-}
 // The first n elements of `got` against `want` (tolerance above), and got's guards untouched.
 void check(const std::string& what, const std::vector<float>& got, const std::vector<float>& want) {
   CHECK_MATCH(compare_close(what, got.data(), want.data(), want.size(), 1e-5, 1e-6 * max_abs(want)));

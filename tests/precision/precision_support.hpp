@@ -1,5 +1,5 @@
 // Helpers shared by the stage-03 tests: a training text whose bytes fit the tiny config's
-// vocabulary (V = 64), and small statistics over gradient arrays.
+// vocabulary (V = 64); with compare.hpp, for the tolerances of the tests that include it.
 #pragma once
 
 #include <unistd.h>
@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "compare.hpp"
 #include "core/rng.hpp"
 
 namespace scalelab_test {
@@ -47,11 +48,5 @@ class ArithmeticText {
   }
   std::string path_;
 };
-
-inline double max_abs(const std::vector<float>& v) {
-  double m = 0;
-  for (float x : v) m = std::max(m, static_cast<double>(std::fabs(x)));
-  return m;
-}
 
 }  // namespace scalelab_test

@@ -25,11 +25,6 @@ const prior::ModelShape kShape{64, 16, 32, 2, 4};  // V, T, C, L, NH (the tiny c
 constexpr int kB = 8, kT = 16;
 constexpr std::uint64_t kSeed = 42;
 
-double max_abs(const std::vector<float>& v) {
-  double m = 0;
-  for (float x : v) m = std::max(m, static_cast<double>(std::fabs(x)));
-  return m;
-}
 }  // namespace
 
 TEST_CASE("accumulating k micro-batches gives the gradients of the whole batch", "[graded][accum_equal]") {

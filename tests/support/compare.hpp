@@ -101,6 +101,13 @@ Comparison compare_guards(const std::string& what, const std::vector<F>& buffer,
                          guards.data(), guards.size());
 }
 
+// The largest |v[i]|: the scale of the absolute term of a tolerance (atol = k * max|want|).
+inline double max_abs(const std::vector<float>& v) {
+  double m = 0;
+  for (float x : v) m = std::fmax(m, std::fabs(static_cast<double>(x)));
+  return m;
+}
+
 }  // namespace scalelab_test
 
 // CHECK_MATCH(comparison): a Catch2 assertion that prints the comparison's message.
