@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import concurrent.futures
 import dataclasses
 import hashlib
 import hmac
@@ -1097,6 +1098,66 @@ def run_graded(cmd: list[str], test: GradedTest, work: Path, env: dict) -> tuple
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def not_run_outcome(test: GradedTest, binaries: dict[str, Path], unlinked: dict[str, str],
+                    mpiexec: str | None) -> tuple[Outcome | None, list[str]]:
+    """The outcome of a test that is not run (its binary is not built, or does not link the
+    submission, or mpiexec is missing), else None and the command that runs it."""
+    binary = binaries.get(test.binary)
+    if binary is None:
+        status = "skipped (no GPU)" if test.gpu else "not built"
+        detail = (f"The test binary {test.binary} is not part of this build"
+                  + (" (no CUDA here); it is graded where a GPU is present." if test.gpu else
+                     " (is MPI or CUDA missing, or is the target misnamed in "
+                     f"{Path(test.source).name}?). This is a problem of the setup, not of your code."))
+        return Outcome(test=test, status=status, score=0.0, hint=detail.split(" (")[0], details=detail), []
+    if test.binary in unlinked:
+        return Outcome(test=test, status="skipped (unaffected)", score=0.0, hint=unlinked[test.binary],
+                       details=unlinked[test.binary] + ": it runs the reference's code."), []
+    try:
+        return None, test_command(test, binary, mpiexec)
+    except GradingError as e:
+        return Outcome(test=test, status="not run", score=0.0, hint=str(e), details=str(e)), []
+
+
+def run_tests(tests: list[GradedTest], binaries: dict[str, Path], unlinked: dict[str, str], mpiexec: str | None,
+              work: Path, sanitize: bool, jobs: int, judged) -> list[Outcome]:
+    """Runs the tests, up to `jobs` at a time, and returns their outcomes in the order of `tests`.
+    Runs side by side cannot read or sign each other's verdicts: each has its own process group,
+    secret and results folder (run_graded). Progress lines come as the tests finish."""
+    outcomes: list[Outcome | None] = [None] * len(tests)
+    lock = threading.Lock()
+
+    def report(n: int, o: Outcome, line: str) -> None:
+        with lock:
+            outcomes[n] = o
+            print(f"[{n + 1}/{len(tests)}] {o.test.name}: {line}", file=sys.stderr, flush=True)
+
+    def grade_one(n: int, t: GradedTest, cmd: list[str]) -> None:
+        env = dict(os.environ, **MPI_ENV) if t.ranks else dict(os.environ)
+        if sanitize:
+            env = sanitize_env(env, t.ranks)
+        run, verdict = run_graded(cmd, t, work, env)
+        o = judged(t, run, verdict)
+        report(n, o, f"{o.status}: {o.hint} ({o.seconds:.1f} s)" if o.status == "hang"
+               else f"{o.status} ({o.seconds:.1f} s)")
+
+    to_run = []
+    for n, t in enumerate(tests):
+        o, cmd = not_run_outcome(t, binaries, unlinked, mpiexec)
+        if o is None:
+            to_run.append((n, t, cmd))
+        else:
+            report(n, o, f"skipped (unaffected: {o.hint})" if o.status == "skipped (unaffected)" else o.status)
+    if jobs <= 1:
+        for job in to_run:
+            grade_one(*job)
+    else:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+            for future in [pool.submit(grade_one, *job) for job in to_run]:
+                future.result()
+    return [o for o in outcomes if o is not None]
+
+
 def select_tests(tests: list[GradedTest], only: list[str]) -> tuple[list[GradedTest], list[str]]:
     """--only: a test is chosen by its full name or a prefix of it (lab00.fd_ chooses every
     finite-difference test). Returns the chosen tests and the names that chose nothing."""
@@ -1131,6 +1192,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--source-dir", type=Path, default=root, help="the scalelab checkout (default: this one)")
     p.add_argument("--cmake-arg", action="append", default=[], help="extra argument for cmake's configure step")
     p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 2, help="parallel build jobs")
+    p.add_argument("--test-jobs", "-J", type=int, default=1,
+                   help="tests run side by side (default 1: each test has the machine to itself, as its time "
+                        "limit assumes; CI uses 2)")
     p.add_argument("--build-timeout", type=float, default=3600, help="seconds for configure + build")
     p.add_argument("--no-build", action="store_true",
                    help="do not configure or build: run the binaries found in --bin-dir (or the build dir's)")
@@ -1178,6 +1242,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.skip_unlinked and not ((args.expect_lose or args.expect == "full") and args.student_dir
                                    and not args.no_build):
         print("grade: --skip-unlinked needs --expect-lose or --expect full, and --student-dir (and a build)",
+              file=sys.stderr)
+        return 2
+    if args.test_jobs < 1:
+        print(f"grade: --test-jobs {args.test_jobs}: give the number of tests to run side by side, 1 or more",
               file=sys.stderr)
         return 2
     if args.expect_keep and not args.expect_lose:
@@ -1244,38 +1312,8 @@ def main(argv: list[str] | None = None) -> int:
     if build_failed is None:
         work = build_dir / "grade-run"
         work.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)
-        for n, t in enumerate(tests, start=1):
-            binary = binaries.get(t.binary)
-            if binary is None:
-                status = "skipped (no GPU)" if t.gpu else "not built"
-                detail = (f"The test binary {t.binary} is not part of this build"
-                          + (" (no CUDA here); it is graded where a GPU is present." if t.gpu else
-                             " (is MPI or CUDA missing, or is the target misnamed in "
-                             f"{Path(t.source).name}?). This is a problem of the setup, not of your code."))
-                outcomes.append(Outcome(test=t, status=status, score=0.0, hint=detail.split(" (")[0],
-                                        details=detail))
-                print(f"[{n}/{len(tests)}] {t.name}: {status}", file=sys.stderr, flush=True)
-                continue
-            if t.binary in unlinked:
-                outcomes.append(Outcome(test=t, status="skipped (unaffected)", score=0.0, hint=unlinked[t.binary],
-                                        details=unlinked[t.binary] + ": it runs the reference's code."))
-                print(f"[{n}/{len(tests)}] {t.name}: skipped (unaffected: {unlinked[t.binary]})", file=sys.stderr,
-                      flush=True)
-                continue
-            run_env = dict(env, **MPI_ENV) if t.ranks else env
-            if args.sanitize:
-                run_env = sanitize_env(run_env, t.ranks)
-            try:
-                cmd = test_command(t, binary, mpiexec)
-            except GradingError as e:
-                outcomes.append(Outcome(test=t, status="not run", score=0.0, hint=str(e), details=str(e)))
-                continue
-            run, verdict = run_graded(cmd, t, work, run_env)
-            o = judge(t, run, where, verdict, renames)
-            outcomes.append(o)
-            what = f"{o.status}: {o.hint}" if o.status == "hang" else o.status
-            print(f"[{n}/{len(tests)}] {t.name}: {what} ({o.seconds:.1f} s)", file=sys.stderr, flush=True)
+        outcomes = run_tests(tests, binaries, unlinked, mpiexec, work, args.sanitize, args.test_jobs,
+                             lambda t, run, verdict: judge(t, run, where, verdict, renames))
 
     point_to_narrower_failures(outcomes)
     seconds = time.monotonic() - started

@@ -120,6 +120,8 @@ def entry(name, binary, points=2, timeout=10, **extra):
 
 
 class GraderOnFakeBinaries(unittest.TestCase):
+    extra_args: list[str] = []  # the side-by-side subclass below grades the same fakes with --test-jobs
+
     @classmethod
     def setUpClass(cls):
         cls.tmp = Path(tempfile.mkdtemp(prefix="grade-test-"))
@@ -143,6 +145,7 @@ class GraderOnFakeBinaries(unittest.TestCase):
         tests += [entry(f"t.forged.{name}", name) for name in ("printsummary", "forgedtoken", "noassert",
                                                                  "somefailed", "latechild")]
         tests += [entry("t.mpi_onerank", "onerank", ranks=2), entry("t.watchdog", "watchdog", ranks=2)]
+        cls.names = [t["name"] for t in tests]
         (cls.grading / "lab00-fake.json").write_text(json.dumps({"tests": tests}))
         (cls.grading / "lab01-other.json").write_text(json.dumps({"tests": [dict(entry("t.lab01", "passes"),
                                                                                  lab="01")]}))
@@ -153,7 +156,7 @@ class GraderOnFakeBinaries(unittest.TestCase):
         cls.proc = subprocess.run(
             [sys.executable, str(GRADE), "00", "--no-build", "--bin-dir", str(cls.bin), "--grading-dir",
              str(cls.grading), "--results", str(cls.results), "--build-dir", str(cls.tmp / "build"),
-             "--mpiexec", str(mpi)], capture_output=True, text=True, env=env, timeout=120)
+             "--mpiexec", str(mpi), *cls.extra_args], capture_output=True, text=True, env=env, timeout=120)
         cls.seconds = time.monotonic() - start
         cls.data = json.loads(cls.results.read_text()) if cls.results.exists() else None
         cls.by_name = {t["name"]: t for t in cls.data["tests"]} if cls.data else {}
@@ -171,7 +174,7 @@ class GraderOnFakeBinaries(unittest.TestCase):
         d = self.data
         self.assertIsInstance(d["score"], (int, float))
         self.assertIsInstance(d["execution_time"], (int, float))
-        self.assertEqual(len(d["tests"]), 22, "only lab 00's tests")
+        self.assertEqual([t["name"] for t in d["tests"]], self.names, "only lab 00's tests, in the file's order")
         for i, t in enumerate(d["tests"], start=1):
             self.assertEqual(set(t), {"name", "number", "score", "max_score", "status", "output", "visibility"})
             self.assertEqual(t["number"], str(i))
@@ -303,6 +306,19 @@ class GraderOnFakeBinaries(unittest.TestCase):
         notfull = subprocess.run(base + ["--only", "t.passes", "--only", "t.stub", "--expect", "full"],
                                  capture_output=True, text=True)
         self.assertEqual(notfull.returncode, 1)
+
+
+class GraderOnFakeBinariesSideBySide(GraderOnFakeBinaries):
+    """The same fakes graded four at a time: every outcome as when graded one at a time, in the
+    same order (a hang, a flood and a forger's late child run beside the others)."""
+    extra_args = ["--test-jobs", "4"]
+
+    def test_no_test_jobs_is_an_error(self):
+        p = subprocess.run([sys.executable, str(GRADE), "00", "--no-build", "--bin-dir", str(self.bin),
+                            "--grading-dir", str(self.grading), "--build-dir", str(self.tmp / "build"),
+                            "--test-jobs", "0"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("grade: --test-jobs 0: give the number of tests to run side by side, 1 or more", p.stderr)
 
 
 class OnlyAndList(unittest.TestCase):
