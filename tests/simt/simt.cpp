@@ -29,8 +29,7 @@ namespace scalelab::simt {
 namespace {
 
 // A fiber's stack: the kernels keep a few KB of arrays in "registers"; ASan's redzones and -O0
-// frames need several times that. (Larger stacks cost time: ASan clears a stack's shadow memory
-// at every switch.)
+// frames need several times that.
 constexpr std::size_t kStackBytes = 64 * 1024;
 constexpr int kWarpSize = 32;
 
@@ -155,6 +154,14 @@ class Blocks {
       t.context.uc_stack.ss_size = kStackBytes;
       t.context.uc_link = &scheduler_;
       makecontext(&t.context, &Blocks::entry, 0);
+#ifdef SCALELAB_SIMT_ASAN
+      // makecontext has put the stack into the context's registers; uc_stack is not read again,
+      // except by ASan's swapcontext, which clears the shadow of the stack it names before and
+      // after every switch. That would wipe the redzones of this fiber's live frames (so a
+      // kernel's overflow of a local array would go unseen after its first switch) and cost a
+      // third of the emulation's time; the stack was unpoisoned above, once for the block.
+      t.context.uc_stack.ss_size = 0;
+#endif
     }
     for (std::size_t& n : barrier_arrived_) n = 0;
     cluster_arrived_ = 0;
