@@ -66,7 +66,9 @@ if [[ $emulated == 1 ]]; then
 elif [[ $checked != cpu ]]; then
   gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 fi
-common=(train --config mini --steps "$steps" --batch 8 --seq-len 64 --seed 5)
+# One validation batch at the end, not four: only the training losses are compared, and the
+# validation's forward passes were a third of each run's steps.
+common=(train --config mini --steps "$steps" --batch 8 --seq-len 64 --seed 5 --val-batches 1)
 failed=() skipped=()
 for entry in "${layouts[@]}"; do
   IFS='|' read -r name ranks flags device_flags needs <<< "$entry"
