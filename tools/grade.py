@@ -1084,18 +1084,21 @@ def test_command(test: GradedTest, binary: Path, mpiexec: str | None) -> list[st
 
 
 def run_graded(cmd: list[str], test: GradedTest, work: Path, env: dict) -> tuple[RunResult, Verdict]:
-    """One run with a fresh secret and a fresh results folder. The verdict is read only after
-    run_capped has killed the run's whole process group, and the folder is removed then, so a
-    child that outlives the test has nothing to write into (and no secret to sign with)."""
+    """One run with a fresh secret, in a fresh working folder with a fresh results folder in it.
+    The verdict is read only after run_capped has killed the run's whole process group, and the
+    folders are removed then, so a child that outlives the test has nothing to write into (and no
+    secret to sign with). The working folder is the run's own, so that runs side by side
+    (--test-jobs) see neither each other's files nor each other's results folders: a submission
+    that writes into every results folder it finds can spoil only its own run."""
     nonce = secrets.token_hex(32)
-    folder = Path(tempfile.mkdtemp(prefix="run-", dir=work))
+    cwd = Path(tempfile.mkdtemp(prefix="test-", dir=work))
     try:
-        prefix = folder / "verdict"
-        run = run_capped(cmd, timeout=test.timeout, cwd=work, env=dict(env, **{NONCE_ENV: nonce,
-                                                                              RESULTS_ENV: str(prefix)}))
+        prefix = Path(tempfile.mkdtemp(prefix="run-", dir=cwd)) / "verdict"
+        run = run_capped(cmd, timeout=test.timeout, cwd=cwd, env=dict(env, **{NONCE_ENV: nonce,
+                                                                             RESULTS_ENV: str(prefix)}))
         return run, read_results(prefix, nonce, test.ranks)
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(cwd, ignore_errors=True)
 
 
 def not_run_outcome(test: GradedTest, binaries: dict[str, Path], unlinked: dict[str, str],
@@ -1126,6 +1129,10 @@ def run_tests(tests: list[GradedTest], binaries: dict[str, Path], unlinked: dict
     secret and results folder (run_graded). Progress lines come as the tests finish."""
     outcomes: list[Outcome | None] = [None] * len(tests)
     lock = threading.Lock()
+    # The cores shared out between the runs side by side: more BLAS threads than cores leave
+    # OpenMP's idle threads spinning, and two runs of a test of lab 08 took 3.4 times as long.
+    threads = str(max(1, (os.cpu_count() or 1) // jobs))
+    base_env = dict({"OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads}, **os.environ)
 
     def report(n: int, o: Outcome, line: str) -> None:
         with lock:
@@ -1133,7 +1140,7 @@ def run_tests(tests: list[GradedTest], binaries: dict[str, Path], unlinked: dict
             print(f"[{n + 1}/{len(tests)}] {o.test.name}: {line}", file=sys.stderr, flush=True)
 
     def grade_one(n: int, t: GradedTest, cmd: list[str]) -> None:
-        env = dict(os.environ, **MPI_ENV) if t.ranks else dict(os.environ)
+        env = dict(base_env, **MPI_ENV) if t.ranks else dict(base_env)
         if sanitize:
             env = sanitize_env(env, t.ranks)
         run, verdict = run_graded(cmd, t, work, env)

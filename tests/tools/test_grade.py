@@ -97,6 +97,11 @@ FAKES = {
     "noassert": f'{VERDICT} "passed:0:0:returns before its first assertion"; exit 0',
     "somefailed": f'{VERDICT} "passed:3:0:fine" "failed:2:1:broken"; exit 0',
     "latechild": f'(sleep 1; {VERDICT} "passed:3:0:late") &\nexit 0',
+    # Passes only in a working folder of its own, whose one entry is its own results folder: a
+    # forger that writes into every results folder it finds there spoils no other run.
+    "ownfolder": 'own=$(cd "$(dirname "$SCALELAB_GRADE_RESULTS")/.." && pwd -P)\n'
+                 '[ "$own" = "$(pwd -P)" ] && [ "$(ls -A | wc -l)" = 1 ] || { echo "shared folder: $(ls -A)"; exit 3; }\n'
+                 f'{VERDICT} "passed:1:0:own folder"',
     "onerank": f'[ "$FAKE_RANK" = 1 ] || {VERDICT} "passed:2:0:ring"',
     "watchdog": 'echo "scalelab: rank 1 (rank 1 of 2 in its communicator): recv from rank 0 did not complete '
                 'within 20 s (comm timeout). A peer rank has probably died or hung; ending the job."\n'
@@ -144,7 +149,8 @@ class GraderOnFakeBinaries(unittest.TestCase):
                  entry("t.mpi", "rankcount", ranks=2), entry("t.missing", "does_not_exist")]
         tests += [entry(f"t.forged.{name}", name) for name in ("printsummary", "forgedtoken", "noassert",
                                                                  "somefailed", "latechild")]
-        tests += [entry("t.mpi_onerank", "onerank", ranks=2), entry("t.watchdog", "watchdog", ranks=2)]
+        tests += [entry("t.mpi_onerank", "onerank", ranks=2), entry("t.watchdog", "watchdog", ranks=2),
+                  entry("t.ownfolder", "ownfolder")]
         cls.names = [t["name"] for t in tests]
         (cls.grading / "lab00-fake.json").write_text(json.dumps({"tests": tests}))
         (cls.grading / "lab01-other.json").write_text(json.dumps({"tests": [dict(entry("t.lab01", "passes"),
@@ -188,10 +194,10 @@ class GraderOnFakeBinaries(unittest.TestCase):
         self.assertEqual(self.by_name["t.passes"]["status"], "passed")
         self.assertEqual(self.by_name["t.mpi"]["score"], 2)
         for name, t in self.by_name.items():
-            if name not in ("t.passes", "t.mpi"):
+            if name not in ("t.passes", "t.mpi", "t.ownfolder"):
                 self.assertEqual(t["score"], 0, name)
                 self.assertEqual(t["status"], "failed", name)
-        self.assertEqual(self.data["score"], 5)
+        self.assertEqual(self.data["score"], 7)
 
     def test_stub_failure_names_the_lab_function_and_where_to_look(self):
         out = self.by_name["t.stub"]["output"]
@@ -274,7 +280,7 @@ class GraderOnFakeBinaries(unittest.TestCase):
         self.assertEqual(t["score"], 0)
         self.assertIn("hang", t["output"])
         self.assertNotIn("SIGTERM", t["output"].split("--- test output ---")[0])
-        self.assertIn("[22/22] t.watchdog: hang: rank 1: recv from rank 0 did not complete within 20 s",
+        self.assertIn("[22/23] t.watchdog: hang: rank 1: recv from rank 0 did not complete within 20 s",
                       self.proc.stderr)
         self.assertRegex(self.proc.stdout, r"t\.watchdog +0/2 +hang +rank 1: recv from rank 0 did not complete")
 
@@ -286,7 +292,7 @@ class GraderOnFakeBinaries(unittest.TestCase):
 
     def test_table_lists_every_test_with_points(self):
         out = self.proc.stdout
-        for line in ["t.passes", "3/3", "0/2", "crashed (SIGSEGV)", "hang", "output flood", "total", "5/45"]:
+        for line in ["t.passes", "3/3", "0/2", "crashed (SIGSEGV)", "hang", "output flood", "total", "7/47"]:
             self.assertIn(line, out)
         self.assertIn("Lab 00: implement layernorm_backward (see labs/00-naive/README.md, section 3.2)", out)
 
