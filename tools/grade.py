@@ -1155,13 +1155,9 @@ def run_tests(tests: list[GradedTest], binaries: dict[str, Path], unlinked: dict
             to_run.append((n, t, cmd))
         else:
             report(n, o, f"skipped (unaffected: {o.hint})" if o.status == "skipped (unaffected)" else o.status)
-    if jobs <= 1:
-        for job in to_run:
-            grade_one(*job)
-    else:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-            for future in [pool.submit(grade_one, *job) for job in to_run]:
-                future.result()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:  # one worker: in order
+        for future in [pool.submit(grade_one, *job) for job in to_run]:
+            future.result()
     return [o for o in outcomes if o is not None]
 
 
