@@ -383,13 +383,18 @@ class OnlyAndList(unittest.TestCase):
 
 
 class GraderBuild(unittest.TestCase):
-    """The build path on a tiny CMake project: a compile error gives one failed "build" entry."""
+    """The build path on a tiny CMake project: a compile error gives one failed "build" entry.
 
-    def setUp(self):
+    The tests share one project and its build folders (the plain build serves two of them), and
+    Catch2's runner compiles once per build into a library both test programs link: the runner is
+    most of the compile time."""
+
+    @classmethod
+    def setUpClass(cls):
         if not shutil.which("cmake"):
-            self.skipTest("no cmake")
-        self.tmp = Path(tempfile.mkdtemp(prefix="grade-build-"))
-        src = self.tmp / "src"
+            raise unittest.SkipTest("no cmake")
+        cls.tmp = Path(tempfile.mkdtemp(prefix="grade-build-"))
+        src = cls.tmp / "src"
         (src / "grading").mkdir(parents=True)
         (src / "CMakeLists.txt").write_text(textwrap.dedent("""\
             cmake_minimum_required(VERSION 3.16)
@@ -404,23 +409,28 @@ class GraderBuild(unittest.TestCase):
                 add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer)
                 add_link_options(-fsanitize=address,undefined)
               endif()
+              add_library(runner STATIC runner.cpp)
+              target_include_directories(runner PRIVATE SUPPORT)
+              target_link_libraries(runner PUBLIC Catch2::Catch2)
               add_executable(fake_test ok.cpp)
               add_executable(memory_test memory.cpp)
               foreach(t fake_test memory_test)
-                target_include_directories(${t} PRIVATE SUPPORT)
-                target_link_libraries(${t} PRIVATE Catch2::Catch2)
+                target_link_libraries(${t} PRIVATE runner)
               endforeach()
             endif()
             """).replace("SUPPORT", str(ROOT / "tests" / "support")))
         # A real Catch2 runner with the real verdict writer: its HMAC must be what grade.py expects,
         # and a test case without an assertion must not pass.
-        (src / "ok.cpp").write_text(textwrap.dedent("""\
+        (src / "runner.cpp").write_text(textwrap.dedent("""\
             #define CATCH_CONFIG_RUNNER
             #include <catch2/catch.hpp>
             #include "graded_results.hpp"
+            int main(int argc, char** argv) { return scalelab_test::run_catch_session(argc, argv); }
+            """))
+        (src / "ok.cpp").write_text(textwrap.dedent("""\
+            #include <catch2/catch.hpp>
             TEST_CASE("adds", "[graded][a]") { CHECK(1 + 1 == 2); }
             TEST_CASE("checks nothing", "[graded][empty]") {}
-            int main(int argc, char** argv) { return scalelab_test::run_catch_session(argc, argv); }
             """))
         (src / "broken.cpp").write_text("int main() { return undeclared_name_in_student_code; }\n")
         # --sanitize: the debug-asan preset's cache variables turn the sanitizers on. One test case
@@ -429,10 +439,8 @@ class GraderBuild(unittest.TestCase):
         (src / "CMakePresets.json").write_text(json.dumps({"version": 6, "configurePresets": [
             {"name": "debug-asan", "cacheVariables": {"SANITIZE": "ON", "CMAKE_BUILD_TYPE": "Debug"}}]}))
         (src / "memory.cpp").write_text(textwrap.dedent("""\
-            #define CATCH_CONFIG_RUNNER
             #include <catch2/catch.hpp>
             #include <vector>
-            #include "graded_results.hpp"
             volatile int n = 4;
             int* volatile leaked = nullptr;
             TEST_CASE("one past", "[graded][oob]") {
@@ -446,7 +454,6 @@ class GraderBuild(unittest.TestCase):
               CHECK(leaked[0] == 7);
               leaked = nullptr;
             }
-            int main(int argc, char** argv) { return scalelab_test::run_catch_session(argc, argv); }
             """))
         (src / "grading-memory").mkdir()
         (src / "grading-memory" / "lab00-m.json").write_text(json.dumps({"tests": [
@@ -454,13 +461,14 @@ class GraderBuild(unittest.TestCase):
         (src / "grading" / "lab00-x.json").write_text(json.dumps({"tests": [
             entry("x.one", "fake_test", points=4), entry("x.two", "fake_test", points=6),
             entry("x.empty", "fake_test", points=5, spec="[graded][empty]")]}))
-        self.src = src
+        cls.src = src
 
-    def tearDown(self):
-        shutil.rmtree(self.tmp)
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp)
 
     def grade(self, *extra, grading="grading", build="build"):
-        results = self.tmp / "results.json"
+        results = self.tmp / f"results-{self._testMethodName}-{build}.json"
         p = subprocess.run([sys.executable, str(GRADE), "00", "--source-dir", str(self.src), "--build-dir",
                             str(self.tmp / build), "--grading-dir", str(self.src / grading), "--results",
                             str(results), "--jobs", "2", *extra], capture_output=True, text=True, timeout=300)
@@ -479,7 +487,7 @@ class GraderBuild(unittest.TestCase):
         self.assertEqual(oob["status"], "failed")
         self.assertIn("crashed (sanitizer)", oob["output"])
         self.assertIn("AddressSanitizer: heap-buffer-overflow", oob["output"])
-        self.assertIn("memory.cpp:10", oob["output"])  # the line of the write
+        self.assertIn("memory.cpp:8", oob["output"])  # the line of the write
         self.assertIn("one element past its end", oob["output"])
         self.assertIn("LeakSanitizer: detected memory leaks", leak["output"])
         self.assertIn("never freed", leak["output"])
@@ -492,7 +500,7 @@ class GraderBuild(unittest.TestCase):
         self.assertIn('test case "checks nothing" ended without checking anything', data["tests"][2]["output"])
 
     def test_build_failure_gives_one_failed_build_entry_with_the_errors(self):
-        p, data = self.grade("--cmake-arg=-DBROKEN=ON")
+        p, data = self.grade("--cmake-arg=-DBROKEN=ON", build="build-broken")
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(data["score"], 0)
         self.assertIsInstance(data["execution_time"], (int, float))
