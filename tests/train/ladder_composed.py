@@ -19,8 +19,9 @@ work.mkdir(parents=True, exist_ok=True)
 ladder_json = work / "ladder.json"
 plan_json = work / "plan.json"
 steps, batch, T = 2, 16, 256  # T = mini's context, so the planner's model is the trained one
+# One validation batch, not four: the validation loss is checked nowhere here (a quarter of the run).
 subprocess.run([cli, "ladder", "--stages", "00,01-07", "--steps", str(steps), "--batch", str(batch), "--seq-len",
-                str(T), "--json", str(ladder_json)], check=True, stdout=subprocess.DEVNULL)
+                str(T), "--val-batches", "1", "--json", str(ladder_json)], check=True, stdout=subprocess.DEVNULL)
 rows = {r["stage"]: r for r in json.loads(ladder_json.read_text())["rows"]}
 row = rows["01-07"]
 failures = []
