@@ -44,6 +44,7 @@ if [[ -z ${CMAKE_GENERATOR:-} ]] && command -v ninja > /dev/null; then export CM
 build=${CI_LABS_BUILD:-$root/build/ci-labs}
 jobs=${CI_LABS_JOBS:-$(nproc)}
 test_jobs=${CI_LABS_TEST_JOBS:-2}
+grade_jobs=(-j "$jobs" -J "$test_jobs")  # every grade.py run: build jobs, tests side by side
 py=${PYTHON:-python3}
 read -r -a cmake_extra <<< "${CI_LABS_CMAKE:-}"
 cmake_args=()
@@ -94,7 +95,7 @@ fi
 step "2. the reference scores full marks (labs: ${labs[*]:-none})"
 for lab in "${labs[@]}"; do
   runs 2 || break
-  if "$py" "$root/tools/grade.py" "$lab" --reference --build-dir "$reference_build" -j "$jobs" -J "$test_jobs" \
+  if "$py" "$root/tools/grade.py" "$lab" --reference --build-dir "$reference_build" "${grade_jobs[@]}" \
        --results "$results/lab$lab-reference.json" --quiet --expect full "${reference_args[@]}"; then
     summary+=("lab $lab reference: full marks")
   else
@@ -124,7 +125,7 @@ step "3b. each lab's skeleton scores zero, cleanly"
 for lab in "${labs[@]}"; do
   runs 3 || break
   # The same build directory, reconfigured with SCALELAB_LABS=<lab>: only the swapped files rebuild.
-  if "$py" "$root/tools/grade.py" "$lab" --build-dir "$build/skeleton" -j "$jobs" -J "$test_jobs" \
+  if "$py" "$root/tools/grade.py" "$lab" --build-dir "$build/skeleton" "${grade_jobs[@]}" \
        --results "$results/lab$lab-skeleton.json" --expect zero "${cmake_args[@]}"; then
     summary+=("lab $lab skeleton: zero, every failure names 'Lab $lab: implement ...'")
   else
@@ -164,7 +165,7 @@ lose_exactly() {
   local lab=$1 wrong=$2 build_dir=$3 out=$4 function=$5 keep_args=() k
   shift 5
   for k in ${KEEP:-}; do keep_args+=(--expect-keep "$k"); done
-  "$py" "$root/tools/grade.py" "$lab" --student-dir "$wrong" --build-dir "$build_dir" -j "$jobs" -J "$test_jobs" --results "$out" \
+  "$py" "$root/tools/grade.py" "$lab" --student-dir "$wrong" --build-dir "$build_dir" "${grade_jobs[@]}" --results "$out" \
     --quiet --expect-lose "$function" "${keep_args[@]}" --skip-unlinked "${cmake_args[@]}" "$@"
 }
 kept() { [[ -z ${KEEP:-} ]] || echo ", except $KEEP (pass)"; }  # the summary's words for KEEP
@@ -435,7 +436,7 @@ sanitizer_only() {
   local wrong=$build/wrong-$name started=$SECONDS
   runs 6 && wanted "$name" || return 0
   make_wrong "$lab" "$what" "$name" "$lab_dir" "$file" "$from" "$to" || return 0
-  if ! "$py" "$root/tools/grade.py" "$lab" --student-dir "$wrong" --build-dir "$build/skeleton" -j "$jobs" -J "$test_jobs" \
+  if ! "$py" "$root/tools/grade.py" "$lab" --student-dir "$wrong" --build-dir "$build/skeleton" "${grade_jobs[@]}" \
          --results "$results/lab$lab-wrong-$name.json" --quiet --expect full --skip-unlinked "${cmake_args[@]}"; then
     failures+=("lab $lab ($what): lost points without the sanitizers; a test sees it, so it belongs in step 4")
     summary+=("lab $lab with $what: NOT full marks without the sanitizers")
